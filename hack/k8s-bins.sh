@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver, kube-controller-manager and etcd from the Go modules pinned in tests/k8s-bins/
+# into a cache outside the repository, keyed by version. Prints the bin directory on stdout.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+version_of() { awk -v m="$1" '$1 == m || ($1 == "require" && $2 == m) {print $NF; exit}' "$2"; }
+kube_version=$(version_of k8s.io/kubernetes "$root/tests/k8s-bins/kube/go.mod")
+etcd_version=$(version_of go.etcd.io/etcd/server/v3 "$root/tests/k8s-bins/etcd/go.mod")
+[ -n "$kube_version" ] && [ -n "$etcd_version" ] || { echo "cannot read pinned versions from tests/k8s-bins/*/go.mod" >&2; exit 1; }
+cache=${CP_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cp-operator/k8s-${kube_version}-etcd-${etcd_version}}
+mkdir -p "$cache/bin"
+export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
+
+minor=${kube_version#v1.}; minor=${minor%%.*}
+kube_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${kube_version} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/component-base/version.gitTreeState=clean"
+
+build() { # dir package output [ldflags]
+  local out="$cache/bin/$3"
+  if [ -x "$out" ]; then return 0; fi
+  echo ">> building $3 ($kube_version / etcd $etcd_version) into $cache/bin; the first build takes several minutes" >&2
+  local start=$SECONDS
+  (cd "$root/tests/k8s-bins/$1" && go build -trimpath -ldflags="${4:--s -w}" -o "$out.tmp" "$2")
+  mv "$out.tmp" "$out"
+  echo ">> built $3 in $((SECONDS - start))s" >&2
+}
+build etcd go.etcd.io/etcd/server/v3 etcd
+build kube k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$kube_ldflags"
+build kube k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$kube_ldflags"
+build kube k8s.io/kubernetes/cmd/kubectl kubectl "$kube_ldflags"
+echo "$cache/bin"

@@ -1,0 +1,116 @@
+//! Names of every object, label, annotation and field manager the operator uses, in one place.
+//!
+//! Existing installations use these names, so they are part of the compatibility contract.
+
+/// API group of both kinds.
+pub const GROUP: &str = "connectivityproxy.sap.com";
+/// Namespace the module manager installs into.
+pub const KYMA_SYSTEM: &str = "kyma-system";
+/// Name of the default CR the module manager creates.
+pub const DEFAULT_CR_NAME: &str = "connectivity-proxy";
+/// Default namespace of the Istio ingress gateway and the tunnel TLS secret.
+pub const ISTIO_NAMESPACE: &str = "istio-system";
+
+/// Field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "connectivity-proxy-operator";
+/// Finalizer on the ConnectivityProxy CR.
+pub const FINALIZER: &str = "connectivityproxy.sap.com/finalizer";
+
+/// The value that asks the operator to derive a field.
+pub const AUTO_PROVISION: &str = "auto-provision";
+
+// Labels on every managed object.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY_VALUE: &str = "connectivity-proxy-operator";
+pub const LABEL_MODULE: &str = "kyma-project.io/module";
+pub const MODULE_VALUE: &str = "connectivity-proxy";
+
+// Legacy reconciler markers.
+pub const LEGACY_LABEL_MANAGED_BY: &str = "reconciler.kyma-project.io/managed-by";
+pub const LEGACY_MANAGED_BY_VALUE: &str = "reconciler";
+pub const LEGACY_DISCLAIMER_ANNOTATION: &str =
+    "reconciler.kyma-project.io/managed-by-reconciler-disclaimer";
+
+// Workload.
+pub const STATEFULSET: &str = "connectivity-proxy";
+pub const SERVICE: &str = "connectivity-proxy";
+pub const SERVICE_TUNNEL: &str = "connectivity-proxy-tunnel";
+pub const SERVICE_TUNNEL_HEALTHCHECK: &str = "connectivity-proxy-tunnel-healthcheck";
+pub const PRIORITY_CLASS: &str = "connectivity-proxy-priority-class";
+pub const APP_LABEL: &str = "app";
+
+// Configuration.
+pub const CONFIGMAP_CONFIG: &str = "connectivity-proxy";
+pub const CONFIGMAP_CONFIG_KEY: &str = "connectivity-proxy-config.yml";
+pub const CONFIGMAP_INFO: &str = "connectivity-proxy-info";
+pub const CONFIGMAP_SERVICE_MAPPINGS: &str = "connectivity-proxy-service-mappings";
+pub const CONFIGMAP_SERVICE_MAPPINGS_KEY: &str = "servicemappings";
+pub const SECRET_SERVICE_KEY: &str = "connectivity-proxy-service-key";
+pub const SECRET_SERVICE_KEY_KEY: &str = "service_key";
+
+// Istio.
+pub const GATEWAY: &str = "connectivity-proxy-tunnel";
+pub const VIRTUAL_SERVICE: &str = "connectivity-proxy-tunnel";
+pub const DESTINATION_RULE: &str = "connectivity-proxy-tunnel";
+pub const PEER_AUTHENTICATION: &str = "connectivity-proxy";
+
+/// Tunnel port of the Connectivity Proxy.
+pub const TUNNEL_PORT: i32 = 8042;
+
+/// TLS secret of the business tunnel for an auto-provisioned `ingress.tls.secretName`.
+pub fn tls_secret_name(cr: &str, ns: &str) -> String {
+    format!("cp-tls-{cr}-{ns}")
+}
+/// Companion secret holding the Connectivity service CA (key `cacert`).
+pub fn cacert_secret_name(tls_secret: &str) -> String {
+    format!("{tls_secret}-cacert")
+}
+/// BTP ServiceInstance for an auto-provisioned service key.
+pub fn service_instance_name(cr: &str, ns: &str) -> String {
+    format!("cp-service-instance-{cr}-{ns}")
+}
+/// BTP ServiceBinding for an auto-provisioned service key.
+pub fn service_binding_name(cr: &str, ns: &str) -> String {
+    format!("cp-service-binding-{cr}-{ns}")
+}
+/// Secret the BTP operator writes for the binding.
+pub fn binding_secret_name(cr: &str, ns: &str) -> String {
+    format!("cp-secret-{cr}-{ns}")
+}
+
+/// Whether a user-supplied value asks for auto-provisioning (case-insensitive).
+pub fn is_auto_provision(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v.trim().eq_ignore_ascii_case(AUTO_PROVISION))
+}
+
+/// Labels every managed object carries.
+pub fn managed_labels() -> std::collections::BTreeMap<String, String> {
+    [
+        (LABEL_MANAGED_BY.to_string(), MANAGED_BY_VALUE.to_string()),
+        (LABEL_MODULE.to_string(), MODULE_VALUE.to_string()),
+    ]
+    .into_iter()
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_provision_is_case_insensitive() {
+        assert!(is_auto_provision(Some("Auto-Provision")));
+        assert!(is_auto_provision(Some("auto-provision")));
+        assert!(!is_auto_provision(Some("auto")));
+        assert!(!is_auto_provision(None));
+    }
+
+    #[test]
+    fn derived_names() {
+        assert_eq!(
+            tls_secret_name("connectivity-proxy", "kyma-system"),
+            "cp-tls-connectivity-proxy-kyma-system"
+        );
+        assert_eq!(cacert_secret_name("x"), "x-cacert");
+    }
+}

@@ -1,0 +1,272 @@
+//! Cross-field validation of both kinds, shared by the webhook (which refuses) and the controller
+//! (which reports Warning for a CR admitted before a rule existed).
+//!
+//! Each rule is an early check that names the field and says how to fix it.
+
+use crate::cp::{ConnectivityProxySpec, ProxyServer};
+use crate::mapping::ServiceMappingSpec;
+use crate::names::is_auto_provision;
+
+/// Longest host usable as a certificate common name.
+pub const MAX_HOST_LEN: usize = 64;
+
+/// One validation failure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// Dotted path of the offending field.
+    pub field: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+fn err(field: &str, message: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Joins errors into one admission/status message.
+pub fn join(errors: &[FieldError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Facts about the cluster that some rules need.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterFacts {
+    /// Names of existing ServiceMappings.
+    pub service_mappings: Vec<String>,
+}
+
+impl ConnectivityProxySpec {
+    /// Effective tenant mode (`dedicated` by default).
+    pub fn tenant_mode(&self) -> &str {
+        self.config.tenant_mode.as_deref().unwrap_or("dedicated")
+    }
+
+    /// Whether service channels are enabled (default true).
+    pub fn service_channels_enabled(&self) -> bool {
+        self.config
+            .service_channels
+            .as_ref()
+            .and_then(|s| s.enabled)
+            .unwrap_or(true)
+    }
+
+    /// Whether multi-region mode is enabled (default false).
+    pub fn multi_region_enabled(&self) -> bool {
+        self.config
+            .multi_region_mode
+            .as_ref()
+            .and_then(|m| m.enabled)
+            .unwrap_or(false)
+    }
+
+    /// Effective ingress class (`istio` by default).
+    pub fn ingress_class(&self) -> &str {
+        self.ingress
+            .as_ref()
+            .and_then(|i| i.class_name.as_deref())
+            .unwrap_or("istio")
+    }
+
+    /// The three proxies with their field names and effective settings (schema defaults applied).
+    pub fn proxies(&self) -> [(&'static str, ProxyServer); 3] {
+        let p = self.config.servers.proxy.clone().unwrap_or_default();
+        let eff = |s: Option<ProxyServer>, port: i32| {
+            let s = s.unwrap_or_default();
+            ProxyServer {
+                allow_remote_connections: s.allow_remote_connections,
+                enable_proxy_authorization: Some(s.enable_proxy_authorization.unwrap_or(false)),
+                enabled: Some(s.enabled.unwrap_or(true)),
+                port: Some(s.port.unwrap_or(port)),
+            }
+        };
+        [
+            ("http", eff(p.http, 20003)),
+            ("rfcAndLdap", eff(p.rfc_and_ldap, 20001)),
+            ("socks5", eff(p.socks5, 20004)),
+        ]
+    }
+
+    /// Connectivity service secret name and data.
+    pub fn connectivity_secret(&self) -> (String, Option<String>) {
+        let s = self
+            .secret_config
+            .as_ref()
+            .and_then(|s| s.integration.as_ref())
+            .and_then(|i| i.connectivity_service.as_ref());
+        (
+            s.and_then(|s| s.secret_name.clone())
+                .unwrap_or_else(|| crate::names::SECRET_SERVICE_KEY.to_string()),
+            s.and_then(|s| s.secret_data.clone()),
+        )
+    }
+
+    /// Validates every cross-field rule. `old` is the stored spec on update.
+    pub fn validate(&self, old: Option<&ConnectivityProxySpec>, facts: &ClusterFacts) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        let cfg = &self.config;
+        let dedicated = self.tenant_mode() == "dedicated";
+        if dedicated && cfg.subaccount_id.as_deref().is_none_or(str::is_empty) {
+            errors.push(err(
+                "spec.config.subaccountId",
+                "required when spec.config.tenantMode is dedicated; set the BTP subaccount id or auto-provision",
+            ));
+        }
+        let proxies = self.proxies();
+        let enabled = |p: &ProxyServer| p.enabled.unwrap_or(true);
+        if let Some((name, _)) = proxies
+            .iter()
+            .find(|(_, p)| enabled(p) && !p.enable_proxy_authorization.unwrap_or(false))
+            && cfg.subaccount_subdomain.as_deref().is_none_or(str::is_empty)
+        {
+            errors.push(err(
+                "spec.config.subaccountSubdomain",
+                format!(
+                    "required because spec.config.servers.proxy.{name}.enableProxyAuthorization is false; \
+                     set the subaccount subdomain or auto-provision"
+                ),
+            ));
+        }
+        if let Some((name, _)) = proxies
+            .iter()
+            .find(|(_, p)| enabled(p) && p.enable_proxy_authorization.unwrap_or(false))
+        {
+            let client = cfg
+                .servers
+                .proxy
+                .as_ref()
+                .and_then(|p| p.authorization.as_ref())
+                .map(|a| a.oauth.allowed_client_id.as_str());
+            if client.is_none_or(str::is_empty) {
+                errors.push(err(
+                    "spec.config.servers.proxy.authorization.oauth.allowedClientId",
+                    format!("required because spec.config.servers.proxy.{name}.enableProxyAuthorization is true"),
+                ));
+            }
+        }
+        if self.multi_region_enabled() {
+            let cm = cfg.multi_region_mode.as_ref().and_then(|m| m.config_map_name.as_deref());
+            if cm.is_none_or(str::is_empty) {
+                errors.push(err(
+                    "spec.config.multiRegionMode.configMapName",
+                    "required when multiRegionMode.enabled is true",
+                ));
+            }
+            if self.service_channels_enabled() {
+                errors.push(err(
+                    "spec.config.serviceChannels.enabled",
+                    "must be false when multiRegionMode.enabled is true (multi-region mode does not support service channels)",
+                ));
+            }
+            if dedicated {
+                errors.push(err(
+                    "spec.config.tenantMode",
+                    "must be shared when multiRegionMode.enabled is true",
+                ));
+            }
+        }
+        let host = &cfg.servers.business_data_tunnel.external_host;
+        if host.trim().is_empty() {
+            errors.push(err(
+                "spec.config.servers.businessDataTunnel.externalHost",
+                "must not be empty; set the tunnel host or auto-provision",
+            ));
+        } else if !is_auto_provision(Some(host)) && host.len() > MAX_HOST_LEN {
+            errors.push(err(
+                "spec.config.servers.businessDataTunnel.externalHost",
+                format!(
+                    "{} characters is longer than the {MAX_HOST_LEN}-character certificate common-name limit; use a shorter host",
+                    host.len()
+                ),
+            ));
+        }
+        if self.ingress_class() == "istio" {
+            let tls = self.ingress.as_ref().and_then(|i| i.tls.as_ref()).map(|t| t.secret_name.as_str());
+            if tls.is_none_or(str::is_empty) {
+                errors.push(err(
+                    "spec.ingress.tls.secretName",
+                    "required when spec.ingress.className is istio; name a TLS secret or auto-provision",
+                ));
+            }
+        }
+        if let Some(old) = old {
+            let (old_name, old_data) = old.connectivity_secret();
+            let (new_name, new_data) = self.connectivity_secret();
+            if old_name != new_name && (old_data.is_some() || new_data.is_some()) {
+                errors.push(err(
+                    "spec.secretConfig.integration.connectivityService.secretName",
+                    format!(
+                        "cannot change from {old_name:?} to {new_name:?} while secretData is set; remove secretData first"
+                    ),
+                ));
+            }
+        }
+        if !self.service_channels_enabled()
+            && old.is_none_or(|o| o.service_channels_enabled())
+            && !facts.service_mappings.is_empty()
+        {
+            errors.push(err(
+                "spec.config.serviceChannels.enabled",
+                format!(
+                    "cannot be disabled while ServiceMappings exist ({}); delete them first",
+                    facts.service_mappings.join(", ")
+                ),
+            ));
+        }
+        errors
+    }
+}
+
+/// Validates one ServiceMapping. `shared_tenant` is whether the cluster's ConnectivityProxy runs in
+/// shared tenant mode.
+pub fn validate_mapping(spec: &ServiceMappingSpec, shared_tenant: bool) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if spec.service_id.trim().is_empty() {
+        errors.push(err("spec.serviceId", "required: the virtual host of the channel"));
+    }
+    if shared_tenant && spec.subaccount_id.as_deref().is_none_or(str::is_empty) {
+        errors.push(err(
+            "spec.subaccountId",
+            "required because the ConnectivityProxy runs in shared tenant mode",
+        ));
+    }
+    if let Err(e) = parse_host_port(&spec.internal_address) {
+        errors.push(err("spec.internalAddress", e));
+    }
+    errors
+}
+
+/// Parses `host:port` (IPv6 in brackets), port 1..=65535.
+pub fn parse_host_port(s: &str) -> Result<(&str, u16), String> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?} is not host:port"))?;
+    let host_ok = if let Some(h) = host.strip_prefix('[') {
+        h.strip_suffix(']').is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok())
+    } else {
+        !host.is_empty()
+            && host.len() <= 253
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_')
+    };
+    if !host_ok {
+        return Err(format!("{s:?}: {host:?} is not a valid host"));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok((host, p)),
+        _ => Err(format!("{s:?}: port {port:?} is not a number from 1 to 65535")),
+    }
+}
