@@ -1,0 +1,474 @@
+//! Starting and stopping the control plane, and clients acting as different identities.
+
+use std::fs;
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use cp_certs::{Ca, KeyAlgorithm, LeafSpec};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use time::OffsetDateTime;
+
+fn encode(data: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// Who a client acts as.
+#[derive(Clone, Debug)]
+pub enum Identity {
+    /// `system:masters`.
+    Admin,
+    /// A user with groups, authenticated by a client certificate.
+    User { name: String, groups: Vec<String> },
+    /// A ServiceAccount, authenticated by a bound token.
+    ServiceAccount { namespace: String, name: String },
+}
+
+/// A running etcd + kube-apiserver + kube-controller-manager.
+pub struct ControlPlane {
+    /// Working directory: certificates, kubeconfigs, etcd data, logs.
+    pub dir: PathBuf,
+    /// `https://127.0.0.1:<port>`.
+    pub server: String,
+    /// Serving CA of the API server (PEM).
+    pub ca_pem: String,
+    client_ca: Ca,
+    /// Path of the admin kubeconfig.
+    pub admin_kubeconfig: PathBuf,
+    group_leader: u32,
+    children: Mutex<Vec<(String, Child)>>,
+    keep_dir: bool,
+}
+
+/// Options of [`ControlPlane::start`].
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Working directory to use (created); a temporary one otherwise.
+    pub dir: Option<PathBuf>,
+    /// Keep the working directory after stopping.
+    pub keep_dir: bool,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind((LOCALHOST, 0))?.local_addr()?.port())
+}
+
+/// The directory holding kube-apiserver, kube-controller-manager, etcd and kubectl: `CP_K8S_BIN_DIR`, or
+/// whatever `hack/k8s-bins.sh` prints (it builds them into the cache on first use).
+pub fn k8s_bin_dir() -> anyhow::Result<PathBuf> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(d) = std::env::var_os("CP_K8S_BIN_DIR") {
+            return Ok(PathBuf::from(d));
+        }
+        let script = crate::workspace_root().join("hack/k8s-bins.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("running {}: {e}", script.display()))?;
+        if !out.status.success() {
+            return Err(format!("{} failed ({})", script.display(), out.status));
+        }
+        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    })
+    .clone()
+    .map_err(anyhow::Error::msg)
+}
+
+impl ControlPlane {
+    /// The control plane shared by every test of this test binary, started on first use. Its
+    /// processes are stopped by the watchdog when the test binary exits.
+    pub fn shared() -> anyhow::Result<Arc<ControlPlane>> {
+        static SHARED: OnceLock<Result<Arc<ControlPlane>, String>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| {
+                // Start on a plain thread: callers are usually inside a tokio runtime.
+                std::thread::spawn(|| ControlPlane::start(Options::default()).map(Arc::new))
+                    .join()
+                    .map_err(|_| "control plane start panicked".to_string())
+                    .and_then(|r| r.map_err(|e| format!("{e:#}")))
+            })
+            .clone()
+            .map_err(anyhow::Error::msg)
+    }
+
+    /// Starts a control plane and waits until the API server is ready.
+    pub fn start(opts: Options) -> anyhow::Result<ControlPlane> {
+        let bins = k8s_bin_dir()?;
+        let dir = match opts.dir {
+            Some(d) => d,
+            None => std::env::temp_dir().join(format!(
+                "cp-control-plane-{}-{}",
+                std::process::id(),
+                OffsetDateTime::now_utc().unix_timestamp_nanos() % 1_000_000_000
+            )),
+        };
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir)?;
+        let now = OffsetDateTime::now_utc() - time::Duration::minutes(5);
+        let year = time::Duration::days(365);
+
+        let serving_ca = Ca::generate("cp-test-serving-ca", now, now + year, KeyAlgorithm::default())?;
+        let serving = serving_ca.issue(&LeafSpec::server(
+            "kube-apiserver",
+            &["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
+            &[LOCALHOST, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))],
+            now,
+            year,
+        ))?;
+        let client_ca = Ca::generate("cp-test-client-ca", now, now + year, KeyAlgorithm::default())?;
+        let sa_key = rcgen::KeyPair::generate()?;
+        write(&dir, "serving-ca.crt", &serving_ca.cert_pem)?;
+        write(&dir, "apiserver.crt", &serving.cert_pem)?;
+        write(&dir, "apiserver.key", &serving.key_pem)?;
+        write(&dir, "client-ca.crt", &client_ca.cert_pem)?;
+        write(&dir, "sa.key", &sa_key.serialize_pem())?;
+        write(&dir, "sa.pub", &sa_key.public_key_pem())?;
+
+        let group_leader = start_watchdog(&dir, (!opts.keep_dir).then_some(dir.as_path()))?;
+        let mut cp = ControlPlane {
+            server: String::new(),
+            ca_pem: serving_ca.cert_pem.clone(),
+            client_ca,
+            admin_kubeconfig: dir.join("admin.kubeconfig"),
+            dir: dir.clone(),
+            group_leader,
+            children: Mutex::new(Vec::new()),
+            keep_dir: opts.keep_dir,
+        };
+
+        let etcd_port = free_port()?;
+        let peer_port = free_port()?;
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        cp.spawn(
+            "etcd",
+            Command::new(bins.join("etcd")).args([
+                "--name=default",
+                &format!("--data-dir={}", dir.join("etcd").display()),
+                &format!("--listen-client-urls={etcd_url}"),
+                &format!("--advertise-client-urls={etcd_url}"),
+                &format!("--listen-peer-urls={peer_url}"),
+                &format!("--initial-advertise-peer-urls={peer_url}"),
+                &format!("--initial-cluster=default={peer_url}"),
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ]),
+        )?;
+
+        let api_port = free_port()?;
+        cp.server = format!("https://127.0.0.1:{api_port}");
+        let d = |f: &str| dir.join(f).display().to_string();
+        cp.spawn(
+            "kube-apiserver",
+            Command::new(bins.join("kube-apiserver")).args([
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--cert-dir={}", d("apiserver-certs")),
+                format!("--tls-cert-file={}", d("apiserver.crt")),
+                format!("--tls-private-key-file={}", d("apiserver.key")),
+                format!("--client-ca-file={}", d("client-ca.crt")),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--service-account-issuer=https://kubernetes.default.svc".into(),
+                format!("--service-account-key-file={}", d("sa.pub")),
+                format!("--service-account-signing-key-file={}", d("sa.key")),
+                "--authorization-mode=RBAC".into(),
+                "--allow-privileged=true".into(),
+                "--enable-priority-and-fairness=false".into(),
+                "--endpoint-reconciler-type=none".into(),
+                "--v=1".into(),
+            ]),
+        )?;
+
+        let admin = cp.kubeconfig_yaml(&Identity::Admin, None)?;
+        write(&dir, "admin.kubeconfig", &admin)?;
+        cp.wait_ready(Duration::from_secs(90))?;
+
+        let kcm_port = free_port()?;
+        cp.spawn(
+            "kube-controller-manager",
+            Command::new(bins.join("kube-controller-manager")).args([
+                format!("--kubeconfig={}", d("admin.kubeconfig")),
+                format!("--authentication-kubeconfig={}", d("admin.kubeconfig")),
+                format!("--authorization-kubeconfig={}", d("admin.kubeconfig")),
+                format!("--service-account-private-key-file={}", d("sa.key")),
+                format!("--root-ca-file={}", d("serving-ca.crt")),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={kcm_port}"),
+                format!("--cert-dir={}", d("kcm-certs")),
+                "--leader-elect=false".into(),
+                "--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller".into(),
+                "--v=1".into(),
+            ]),
+        )?;
+        Ok(cp)
+    }
+
+    fn spawn(&self, name: &str, cmd: &mut Command) -> anyhow::Result<()> {
+        let log = fs::File::create(self.dir.join(format!("{name}.log")))?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(self.group_leader as i32)
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        self.children
+            .lock()
+            .map_err(|_| anyhow::anyhow!("children lock poisoned"))?
+            .push((name.to_string(), child));
+        Ok(())
+    }
+
+    /// Starts another process in the control plane's process group (stopped with it). Output goes
+    /// to `<dir>/<name>.log`.
+    pub fn spawn_process(&self, name: &str, cmd: &mut Command) -> anyhow::Result<()> {
+        self.spawn(name, cmd)
+    }
+
+    /// The tail of a process log, for failure messages.
+    pub fn log_tail(&self, name: &str, lines: usize) -> String {
+        let text = fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    fn check_alive(&self) -> anyhow::Result<()> {
+        let mut children = self
+            .children
+            .lock()
+            .map_err(|_| anyhow::anyhow!("children lock poisoned"))?;
+        for (name, child) in children.iter_mut() {
+            if let Some(status) = child.try_wait()? {
+                bail!("{name} exited ({status}); log tail:\n{}", self.log_tail(name, 30));
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(async {
+            let client = self.client(&Identity::Admin).await?;
+            crate::wait::until("kube-apiserver /readyz", timeout, || {
+                let client = client.clone();
+                async move {
+                    self.check_alive().map_err(|e| format!("{e:#}"))?;
+                    let req = http::Request::get("/readyz").body(Vec::new()).map_err(|e| e.to_string())?;
+                    match client.request_text(req).await {
+                        Ok(body) if body.trim() == "ok" => Ok(Some(())),
+                        Ok(body) => Err(body),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+            })
+            .await
+        })
+        .map_err(|e| {
+            e.context(format!("kube-apiserver log tail:\n{}", self.log_tail("kube-apiserver", 30)))
+        })
+    }
+
+    /// A kubeconfig for `identity` (a ServiceAccount needs its token).
+    pub fn kubeconfig_yaml(&self, identity: &Identity, token: Option<&str>) -> anyhow::Result<String> {
+        let user = match identity {
+            Identity::Admin => self.cert_user("admin", &["system:masters"])?,
+            Identity::User { name, groups } => {
+                let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+                self.cert_user(name, &groups)?
+            }
+            Identity::ServiceAccount { .. } => {
+                let token = token.context("a ServiceAccount kubeconfig needs a token")?;
+                format!("    token: {token}\n")
+            }
+        };
+        Ok(format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
+             users:\n- name: user\n  user:\n{user}contexts:\n- name: local\n  context:\n    cluster: local\n    user: user\n\
+             current-context: local\n",
+            self.server,
+            encode(self.ca_pem.as_bytes())
+        ))
+    }
+
+    fn cert_user(&self, name: &str, groups: &[&str]) -> anyhow::Result<String> {
+        let now = OffsetDateTime::now_utc() - time::Duration::minutes(5);
+        let leaf = self
+            .client_ca
+            .issue(&LeafSpec::client(name, groups, now, time::Duration::days(30)))?;
+        Ok(format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            encode(leaf.cert_pem.as_bytes()),
+            encode(leaf.key_pem.as_bytes())
+        ))
+    }
+
+    /// A client acting as `identity`.
+    pub async fn client(&self, identity: &Identity) -> anyhow::Result<Client> {
+        let token = match identity {
+            Identity::ServiceAccount { namespace, name } => Some(self.sa_token(namespace, name).await?),
+            _ => None,
+        };
+        let yaml = self.kubeconfig_yaml(identity, token.as_deref())?;
+        client_from_kubeconfig(&yaml).await
+    }
+
+    /// The admin client.
+    pub async fn admin(&self) -> anyhow::Result<Client> {
+        self.client(&Identity::Admin).await
+    }
+
+    /// Writes a kubeconfig for `identity` into the working directory and returns its path.
+    pub async fn write_kubeconfig(&self, file: &str, identity: &Identity) -> anyhow::Result<PathBuf> {
+        let token = match identity {
+            Identity::ServiceAccount { namespace, name } => Some(self.sa_token(namespace, name).await?),
+            _ => None,
+        };
+        let yaml = self.kubeconfig_yaml(identity, token.as_deref())?;
+        write(&self.dir, file, &yaml)?;
+        Ok(self.dir.join(file))
+    }
+
+    /// Creates the ServiceAccount if needed and returns a one-day bound token for it.
+    pub async fn sa_token(&self, namespace: &str, name: &str) -> anyhow::Result<String> {
+        let admin = client_from_kubeconfig(&self.kubeconfig_yaml(&Identity::Admin, None)?).await?;
+        ensure_namespace(&admin, namespace).await?;
+        let sas: Api<ServiceAccount> = Api::namespaced(admin, namespace);
+        let sa = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match sas.create(&PostParams::default(), &sa).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        let req = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                audiences: Some(vec!["https://kubernetes.default.svc".into()]),
+                expiration_seconds: Some(86400),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let tr = sas.create_token_request(name, &PostParams::default(), &req).await?;
+        tr.status.and_then(|s| s.token).context("TokenRequest without a token")
+    }
+
+    /// Creates a fresh namespace named after `prefix`.
+    pub async fn namespace(&self, prefix: &str) -> anyhow::Result<String> {
+        let suffix = OffsetDateTime::now_utc().unix_timestamp_nanos() % 1_000_000;
+        let name = format!("{prefix}-{suffix}");
+        ensure_namespace(&self.admin().await?, &name).await?;
+        Ok(name)
+    }
+
+    /// Stops every process of the control plane: TERM, a grace period, then KILL for the whole
+    /// group (which also ends the watchdog).
+    pub fn stop(&self) {
+        signal_group(self.group_leader, "TERM");
+        if let Ok(mut children) = self.children.lock() {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            for (_, child) in children.iter_mut() {
+                while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            signal_group(self.group_leader, "KILL");
+            for (_, child) in children.iter_mut() {
+                let _ = child.wait();
+            }
+            children.clear();
+        } else {
+            signal_group(self.group_leader, "KILL");
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+        if !self.keep_dir {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A client from kubeconfig YAML.
+pub async fn client_from_kubeconfig(yaml: &str) -> anyhow::Result<Client> {
+    let kc = Kubeconfig::from_yaml(yaml)?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// Creates a namespace unless it exists.
+pub async fn ensure_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn write(dir: &Path, file: &str, content: &str) -> anyhow::Result<()> {
+    fs::write(dir.join(file), content).with_context(|| format!("writing {file}"))
+}
+
+/// Starts the watchdog: a shell that leads a new process group, waits for this process to exit,
+/// then terminates the whole group (TERM, then KILL) and removes `remove_dir` if given.
+fn start_watchdog(dir: &Path, remove_dir: Option<&Path>) -> anyhow::Result<u32> {
+    let script = r#"trap '' TERM
+while kill -0 "$1" 2>/dev/null; do sleep 0.2; done
+others() { ps -eo pid=,pgid= | awk -v g=$$ '$2 == g && $1 != g {print $1}'; }
+kill -TERM -- -$$ 2>/dev/null
+for _ in 1 2 3 4 5 6 7 8 9 10; do
+  [ -z "$(others)" ] && break
+  sleep 0.2
+done
+for p in $(others); do kill -KILL "$p" 2>/dev/null; done
+[ -n "$2" ] && rm -rf -- "$2"
+exit 0"#;
+    let remove = remove_dir.map(|d| d.display().to_string()).unwrap_or_default();
+    let child = Command::new("bash")
+        .args(["-c", script, "cp-watchdog", &std::process::id().to_string(), &remove])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(dir.join("watchdog.log"))?)
+        .process_group(0)
+        .spawn()
+        .context("starting the watchdog")?;
+    Ok(child.id())
+}
+
+/// Sends a signal to a process group.
+pub fn signal_group(leader: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{signal}"), "--", &format!("-{leader}")])
+        .stderr(Stdio::null())
+        .status();
+}

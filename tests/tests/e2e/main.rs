@@ -1,0 +1,5 @@
+//! Integration tests against the real local control plane (one per test binary, shared).
+#![forbid(unsafe_code)]
+
+mod common;
+mod foundation;
