@@ -3,8 +3,8 @@
 use std::net::IpAddr;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-    KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256, SanType,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -58,7 +58,13 @@ pub struct LeafSpec {
 
 impl LeafSpec {
     /// A server certificate valid from `now` for `lifetime`.
-    pub fn server(common_name: &str, dns_names: &[&str], ips: &[IpAddr], now: OffsetDateTime, lifetime: Duration) -> Self {
+    pub fn server(
+        common_name: &str,
+        dns_names: &[&str],
+        ips: &[IpAddr],
+        now: OffsetDateTime,
+        lifetime: Duration,
+    ) -> Self {
         Self {
             common_name: common_name.into(),
             organizations: vec![],
@@ -106,7 +112,12 @@ pub struct Ca {
 
 impl Ca {
     /// A new self-signed CA valid from `not_before` to `not_after`.
-    pub fn generate(common_name: &str, not_before: OffsetDateTime, not_after: OffsetDateTime, algorithm: KeyAlgorithm) -> Result<Self> {
+    pub fn generate(
+        common_name: &str,
+        not_before: OffsetDateTime,
+        not_after: OffsetDateTime,
+        algorithm: KeyAlgorithm,
+    ) -> Result<Self> {
         let key = algorithm.generate()?;
         let params = Self::params(common_name, not_before, not_after)?;
         let cert = params.self_signed(&key)?;
@@ -116,7 +127,11 @@ impl Ca {
         })
     }
 
-    fn params(common_name: &str, not_before: OffsetDateTime, not_after: OffsetDateTime) -> Result<CertificateParams> {
+    fn params(
+        common_name: &str,
+        not_before: OffsetDateTime,
+        not_after: OffsetDateTime,
+    ) -> Result<CertificateParams> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, common_name);
@@ -148,7 +163,10 @@ impl Ca {
             dn.push(DnType::OrganizationName, org.as_str());
         }
         params.distinguished_name = dn;
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         params.extended_key_usages = vec![match spec.usage {
             Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
             Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,

@@ -7,11 +7,17 @@ use crate::names;
 
 /// Both CRDs with the module labels.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    let mut crds = vec![crate::ConnectivityProxy::crd(), crate::ServiceMapping::crd()];
+    let mut crds = vec![
+        crate::ConnectivityProxy::crd(),
+        crate::ServiceMapping::crd(),
+    ];
     for crd in &mut crds {
         let labels = crd.metadata.labels.get_or_insert_with(Default::default);
         labels.insert(names::LABEL_MODULE.into(), names::MODULE_VALUE.into());
-        labels.insert(names::LABEL_MANAGED_BY.into(), names::MANAGED_BY_VALUE.into());
+        labels.insert(
+            names::LABEL_MANAGED_BY.into(),
+            names::MANAGED_BY_VALUE.into(),
+        );
     }
     crds
 }
@@ -22,7 +28,10 @@ pub fn rendered() -> Result<Vec<(String, String)>, serde_yaml::Error> {
         .into_iter()
         .map(|crd| {
             let yaml = quote_yaml11_booleans(&serde_yaml::to_string(&crd)?);
-            Ok((format!("{}.yaml", crd.metadata.name.unwrap_or_default()), yaml))
+            Ok((
+                format!("{}.yaml", crd.metadata.name.unwrap_or_default()),
+                yaml,
+            ))
         })
         .collect()
 }
@@ -53,6 +62,9 @@ fn quote_yaml11_booleans(yaml: &str) -> String {
 mod tests {
     #[test]
     fn yaml11_booleans_are_quoted() {
-        assert_eq!(super::quote_yaml11_booleans("a: off\n- on\nb: offset\n"), "a: 'off'\n- 'on'\nb: offset\n");
+        assert_eq!(
+            super::quote_yaml11_booleans("a: off\n- on\nb: offset\n"),
+            "a: 'off'\n- 'on'\nb: offset\n"
+        );
     }
 }

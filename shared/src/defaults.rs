@@ -8,7 +8,8 @@ use crate::cp::{CpuMemory, Deployment, Image, Resources, RestartWatcher};
 /// Version of the operator release these defaults belong to.
 pub const RELEASE: &str = env!("CARGO_PKG_VERSION");
 /// Annotation on the CR recording the release whose defaults `spec.deployment` holds.
-pub const DEFAULTS_RELEASE_ANNOTATION: &str = "connectivityproxy.sap.com/deployment-defaults-release";
+pub const DEFAULTS_RELEASE_ANNOTATION: &str =
+    "connectivityproxy.sap.com/deployment-defaults-release";
 
 /// Connectivity Proxy image of this release.
 pub const PROXY_REGISTRY: &str = "docker.io";

@@ -42,7 +42,20 @@ pub struct ServiceMappingSpec {
 }
 
 /// Channel protocol.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    JsonSchema,
+)]
 pub enum MappingType {
     /// SAP RFC.
     #[default]

@@ -114,7 +114,11 @@ impl ConnectivityProxySpec {
     }
 
     /// Validates every cross-field rule. `old` is the stored spec on update.
-    pub fn validate(&self, old: Option<&ConnectivityProxySpec>, facts: &ClusterFacts) -> Vec<FieldError> {
+    pub fn validate(
+        &self,
+        old: Option<&ConnectivityProxySpec>,
+        facts: &ClusterFacts,
+    ) -> Vec<FieldError> {
         let mut errors = Vec::new();
         let cfg = &self.config;
         let dedicated = self.tenant_mode() == "dedicated";
@@ -129,7 +133,10 @@ impl ConnectivityProxySpec {
         if let Some((name, _)) = proxies
             .iter()
             .find(|(_, p)| enabled(p) && !p.enable_proxy_authorization.unwrap_or(false))
-            && cfg.subaccount_subdomain.as_deref().is_none_or(str::is_empty)
+            && cfg
+                .subaccount_subdomain
+                .as_deref()
+                .is_none_or(str::is_empty)
         {
             errors.push(err(
                 "spec.config.subaccountSubdomain",
@@ -157,7 +164,10 @@ impl ConnectivityProxySpec {
             }
         }
         if self.multi_region_enabled() {
-            let cm = cfg.multi_region_mode.as_ref().and_then(|m| m.config_map_name.as_deref());
+            let cm = cfg
+                .multi_region_mode
+                .as_ref()
+                .and_then(|m| m.config_map_name.as_deref());
             if cm.is_none_or(str::is_empty) {
                 errors.push(err(
                     "spec.config.multiRegionMode.configMapName",
@@ -193,7 +203,11 @@ impl ConnectivityProxySpec {
             ));
         }
         if self.ingress_class() == "istio" {
-            let tls = self.ingress.as_ref().and_then(|i| i.tls.as_ref()).map(|t| t.secret_name.as_str());
+            let tls = self
+                .ingress
+                .as_ref()
+                .and_then(|i| i.tls.as_ref())
+                .map(|t| t.secret_name.as_str());
             if tls.is_none_or(str::is_empty) {
                 errors.push(err(
                     "spec.ingress.tls.secretName",
@@ -234,7 +248,10 @@ impl ConnectivityProxySpec {
 pub fn validate_mapping(spec: &ServiceMappingSpec, shared_tenant: bool) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if spec.service_id.trim().is_empty() {
-        errors.push(err("spec.serviceId", "required: the virtual host of the channel"));
+        errors.push(err(
+            "spec.serviceId",
+            "required: the virtual host of the channel",
+        ));
     }
     if shared_tenant && spec.subaccount_id.as_deref().is_none_or(str::is_empty) {
         errors.push(err(
@@ -254,7 +271,8 @@ pub fn parse_host_port(s: &str) -> Result<(&str, u16), String> {
         .rsplit_once(':')
         .ok_or_else(|| format!("{s:?} is not host:port"))?;
     let host_ok = if let Some(h) = host.strip_prefix('[') {
-        h.strip_suffix(']').is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok())
+        h.strip_suffix(']')
+            .is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok())
     } else {
         !host.is_empty()
             && host.len() <= 253
@@ -267,6 +285,8 @@ pub fn parse_host_port(s: &str) -> Result<(&str, u16), String> {
     }
     match port.parse::<u16>() {
         Ok(p) if p > 0 => Ok((host, p)),
-        _ => Err(format!("{s:?}: port {port:?} is not a number from 1 to 65535")),
+        _ => Err(format!(
+            "{s:?}: port {port:?} is not a number from 1 to 65535"
+        )),
     }
 }

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use crate::ConnectivityProxySpec;
 use crate::mapping::ServiceMappingSpec;
-use crate::validation::{ClusterFacts, validate_mapping, parse_host_port};
+use crate::validation::{ClusterFacts, parse_host_port, validate_mapping};
 
 fn base() -> serde_json::Value {
     json!({
@@ -22,8 +22,15 @@ fn spec(v: serde_json::Value) -> ConnectivityProxySpec {
     serde_json::from_value(v).expect("test spec")
 }
 
-fn fields(s: &ConnectivityProxySpec, old: Option<&ConnectivityProxySpec>, facts: &ClusterFacts) -> Vec<String> {
-    s.validate(old, facts).into_iter().map(|e| e.field).collect()
+fn fields(
+    s: &ConnectivityProxySpec,
+    old: Option<&ConnectivityProxySpec>,
+    facts: &ClusterFacts,
+) -> Vec<String> {
+    s.validate(old, facts)
+        .into_iter()
+        .map(|e| e.field)
+        .collect()
 }
 
 fn no_facts() -> ClusterFacts {
@@ -38,8 +45,13 @@ fn default_cr_is_valid() {
 #[test]
 fn dedicated_needs_subaccount_id() {
     let mut v = base();
-    v["config"].as_object_mut().map(|c| c.remove("subaccountId"));
-    assert_eq!(fields(&spec(v.clone()), None, &no_facts()), ["spec.config.subaccountId"]);
+    v["config"]
+        .as_object_mut()
+        .map(|c| c.remove("subaccountId"));
+    assert_eq!(
+        fields(&spec(v.clone()), None, &no_facts()),
+        ["spec.config.subaccountId"]
+    );
     v["config"]["tenantMode"] = json!("shared");
     assert!(fields(&spec(v), None, &no_facts()).is_empty());
 }
@@ -47,8 +59,13 @@ fn dedicated_needs_subaccount_id() {
 #[test]
 fn subdomain_needed_when_a_proxy_has_no_authorization() {
     let mut v = base();
-    v["config"].as_object_mut().map(|c| c.remove("subaccountSubdomain"));
-    assert_eq!(fields(&spec(v.clone()), None, &no_facts()), ["spec.config.subaccountSubdomain"]);
+    v["config"]
+        .as_object_mut()
+        .map(|c| c.remove("subaccountSubdomain"));
+    assert_eq!(
+        fields(&spec(v.clone()), None, &no_facts()),
+        ["spec.config.subaccountSubdomain"]
+    );
     let on = json!({"enableProxyAuthorization": true});
     v["config"]["servers"]["proxy"] = json!({"http": on, "rfcAndLdap": on, "socks5": on,
         "authorization": {"oauth": {"allowedClientId": "client"}}});
@@ -89,7 +106,10 @@ fn multi_region_rules() {
 fn istio_needs_tls_secret() {
     let mut v = base();
     v["ingress"] = json!({"className": "istio"});
-    assert_eq!(fields(&spec(v.clone()), None, &no_facts()), ["spec.ingress.tls.secretName"]);
+    assert_eq!(
+        fields(&spec(v.clone()), None, &no_facts()),
+        ["spec.ingress.tls.secretName"]
+    );
     v["ingress"] = json!({"className": "nginx"});
     assert!(fields(&spec(v), None, &no_facts()).is_empty());
 }
@@ -97,7 +117,8 @@ fn istio_needs_tls_secret() {
 #[test]
 fn secret_name_frozen_while_secret_data_set() {
     let mut old = base();
-    old["secretConfig"]["integration"]["connectivityService"] = json!({"secretName": "a", "secretData": "YWJj"});
+    old["secretConfig"]["integration"]["connectivityService"] =
+        json!({"secretName": "a", "secretData": "YWJj"});
     let mut new = old.clone();
     new["secretConfig"]["integration"]["connectivityService"]["secretName"] = json!("b");
     let old = spec(old);
@@ -115,7 +136,9 @@ fn secret_name_frozen_while_secret_data_set() {
 fn service_channels_stay_while_mappings_exist() {
     let mut v = base();
     v["config"]["serviceChannels"] = json!({"enabled": false});
-    let facts = ClusterFacts { service_mappings: vec!["m1".into()] };
+    let facts = ClusterFacts {
+        service_mappings: vec!["m1".into()],
+    };
     let old = spec(base());
     let errs = spec(v.clone()).validate(Some(&old), &facts);
     assert_eq!(errs.len(), 1);
@@ -126,7 +149,8 @@ fn service_channels_stay_while_mappings_exist() {
 #[test]
 fn external_host_length_is_limited() {
     let mut v = base();
-    v["config"]["servers"]["businessDataTunnel"]["externalHost"] = json!(format!("{}.example.com", "a".repeat(60)));
+    v["config"]["servers"]["businessDataTunnel"]["externalHost"] =
+        json!(format!("{}.example.com", "a".repeat(60)));
     assert_eq!(
         fields(&spec(v.clone()), None, &no_facts()),
         ["spec.config.servers.businessDataTunnel.externalHost"]
@@ -141,16 +165,27 @@ fn mapping(v: serde_json::Value) -> ServiceMappingSpec {
 
 #[test]
 fn mapping_rules() {
-    let ok = mapping(json!({"type": "RFC", "serviceId": "s4", "internalAddress": "erp.ns:3300", "subaccountId": "a"}));
+    let ok = mapping(
+        json!({"type": "RFC", "serviceId": "s4", "internalAddress": "erp.ns:3300", "subaccountId": "a"}),
+    );
     assert!(validate_mapping(&ok, true).is_empty());
-    let no_sub = mapping(json!({"type": "TCP", "serviceId": "s4", "internalAddress": "erp.ns:3300"}));
+    let no_sub =
+        mapping(json!({"type": "TCP", "serviceId": "s4", "internalAddress": "erp.ns:3300"}));
     assert!(validate_mapping(&no_sub, false).is_empty());
-    assert_eq!(validate_mapping(&no_sub, true)[0].field, "spec.subaccountId");
+    assert_eq!(
+        validate_mapping(&no_sub, true)[0].field,
+        "spec.subaccountId"
+    );
     for bad in ["erp", "erp:0", "erp:70000", ":80", "erp:x", "[zz]:80"] {
         assert!(parse_host_port(bad).is_err(), "{bad} accepted");
     }
     assert_eq!(parse_host_port("[::1]:80"), Ok(("[::1]", 80)));
     let empty = mapping(json!({"type": "TCP", "serviceId": " ", "internalAddress": "a:1"}));
     assert_eq!(validate_mapping(&empty, false)[0].field, "spec.serviceId");
-    assert!(serde_json::from_value::<ServiceMappingSpec>(json!({"type": "HTTP", "serviceId": "s", "internalAddress": "a:1"})).is_err());
+    assert!(
+        serde_json::from_value::<ServiceMappingSpec>(
+            json!({"type": "HTTP", "serviceId": "s", "internalAddress": "a:1"})
+        )
+        .is_err()
+    );
 }

@@ -120,15 +120,30 @@ impl ControlPlane {
         let now = OffsetDateTime::now_utc() - time::Duration::minutes(5);
         let year = time::Duration::days(365);
 
-        let serving_ca = Ca::generate("cp-test-serving-ca", now, now + year, KeyAlgorithm::default())?;
+        let serving_ca = Ca::generate(
+            "cp-test-serving-ca",
+            now,
+            now + year,
+            KeyAlgorithm::default(),
+        )?;
         let serving = serving_ca.issue(&LeafSpec::server(
             "kube-apiserver",
-            &["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
+            &[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+            ],
             &[LOCALHOST, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))],
             now,
             year,
         ))?;
-        let client_ca = Ca::generate("cp-test-client-ca", now, now + year, KeyAlgorithm::default())?;
+        let client_ca = Ca::generate(
+            "cp-test-client-ca",
+            now,
+            now + year,
+            KeyAlgorithm::default(),
+        )?;
         let sa_key = rcgen::KeyPair::generate()?;
         write(&dir, "serving-ca.crt", &serving_ca.cert_pem)?;
         write(&dir, "apiserver.crt", &serving.cert_pem)?;
@@ -254,21 +269,28 @@ impl ControlPlane {
             .map_err(|_| anyhow::anyhow!("children lock poisoned"))?;
         for (name, child) in children.iter_mut() {
             if let Some(status) = child.try_wait()? {
-                bail!("{name} exited ({status}); log tail:\n{}", self.log_tail(name, 30));
+                bail!(
+                    "{name} exited ({status}); log tail:\n{}",
+                    self.log_tail(name, 30)
+                );
             }
         }
         Ok(())
     }
 
     fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         rt.block_on(async {
             let client = self.client(&Identity::Admin).await?;
             crate::wait::until("kube-apiserver /readyz", timeout, || {
                 let client = client.clone();
                 async move {
                     self.check_alive().map_err(|e| format!("{e:#}"))?;
-                    let req = http::Request::get("/readyz").body(Vec::new()).map_err(|e| e.to_string())?;
+                    let req = http::Request::get("/readyz")
+                        .body(Vec::new())
+                        .map_err(|e| e.to_string())?;
                     match client.request_text(req).await {
                         Ok(body) if body.trim() == "ok" => Ok(Some(())),
                         Ok(body) => Err(body),
@@ -279,12 +301,19 @@ impl ControlPlane {
             .await
         })
         .map_err(|e| {
-            e.context(format!("kube-apiserver log tail:\n{}", self.log_tail("kube-apiserver", 30)))
+            e.context(format!(
+                "kube-apiserver log tail:\n{}",
+                self.log_tail("kube-apiserver", 30)
+            ))
         })
     }
 
     /// A kubeconfig for `identity` (a ServiceAccount needs its token).
-    pub fn kubeconfig_yaml(&self, identity: &Identity, token: Option<&str>) -> anyhow::Result<String> {
+    pub fn kubeconfig_yaml(
+        &self,
+        identity: &Identity,
+        token: Option<&str>,
+    ) -> anyhow::Result<String> {
         let user = match identity {
             Identity::Admin => self.cert_user("admin", &["system:masters"])?,
             Identity::User { name, groups } => {
@@ -307,9 +336,12 @@ impl ControlPlane {
 
     fn cert_user(&self, name: &str, groups: &[&str]) -> anyhow::Result<String> {
         let now = OffsetDateTime::now_utc() - time::Duration::minutes(5);
-        let leaf = self
-            .client_ca
-            .issue(&LeafSpec::client(name, groups, now, time::Duration::days(30)))?;
+        let leaf = self.client_ca.issue(&LeafSpec::client(
+            name,
+            groups,
+            now,
+            time::Duration::days(30),
+        ))?;
         Ok(format!(
             "    client-certificate-data: {}\n    client-key-data: {}\n",
             encode(leaf.cert_pem.as_bytes()),
@@ -320,7 +352,9 @@ impl ControlPlane {
     /// A client acting as `identity`.
     pub async fn client(&self, identity: &Identity) -> anyhow::Result<Client> {
         let token = match identity {
-            Identity::ServiceAccount { namespace, name } => Some(self.sa_token(namespace, name).await?),
+            Identity::ServiceAccount { namespace, name } => {
+                Some(self.sa_token(namespace, name).await?)
+            }
             _ => None,
         };
         let yaml = self.kubeconfig_yaml(identity, token.as_deref())?;
@@ -333,9 +367,15 @@ impl ControlPlane {
     }
 
     /// Writes a kubeconfig for `identity` into the working directory and returns its path.
-    pub async fn write_kubeconfig(&self, file: &str, identity: &Identity) -> anyhow::Result<PathBuf> {
+    pub async fn write_kubeconfig(
+        &self,
+        file: &str,
+        identity: &Identity,
+    ) -> anyhow::Result<PathBuf> {
         let token = match identity {
-            Identity::ServiceAccount { namespace, name } => Some(self.sa_token(namespace, name).await?),
+            Identity::ServiceAccount { namespace, name } => {
+                Some(self.sa_token(namespace, name).await?)
+            }
             _ => None,
         };
         let yaml = self.kubeconfig_yaml(identity, token.as_deref())?;
@@ -368,8 +408,12 @@ impl ControlPlane {
             }),
             ..Default::default()
         };
-        let tr = sas.create_token_request(name, &PostParams::default(), &req).await?;
-        tr.status.and_then(|s| s.token).context("TokenRequest without a token")
+        let tr = sas
+            .create_token_request(name, &PostParams::default(), &req)
+            .await?;
+        tr.status
+            .and_then(|s| s.token)
+            .context("TokenRequest without a token")
     }
 
     /// Creates a fresh namespace named after `prefix`.
@@ -453,9 +497,17 @@ done
 for p in $(others); do kill -KILL "$p" 2>/dev/null; done
 [ -n "$2" ] && rm -rf -- "$2"
 exit 0"#;
-    let remove = remove_dir.map(|d| d.display().to_string()).unwrap_or_default();
+    let remove = remove_dir
+        .map(|d| d.display().to_string())
+        .unwrap_or_default();
     let child = Command::new("bash")
-        .args(["-c", script, "cp-watchdog", &std::process::id().to_string(), &remove])
+        .args([
+            "-c",
+            script,
+            "cp-watchdog",
+            &std::process::id().to_string(),
+            &remove,
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(fs::File::create(dir.join("watchdog.log"))?)

@@ -29,7 +29,11 @@ pub fn parse_documents(yaml: &str) -> anyhow::Result<Vec<DynamicObject>> {
 
 /// Applies every document of `yaml`; namespaced objects without a namespace go to `default_ns`.
 /// Returns the applied objects.
-pub async fn apply_yaml(client: &Client, yaml: &str, default_ns: Option<&str>) -> anyhow::Result<Vec<DynamicObject>> {
+pub async fn apply_yaml(
+    client: &Client,
+    yaml: &str,
+    default_ns: Option<&str>,
+) -> anyhow::Result<Vec<DynamicObject>> {
     let mut applied = Vec::new();
     for obj in parse_documents(yaml)? {
         applied.push(apply_object(client, obj, default_ns).await?);
@@ -38,8 +42,15 @@ pub async fn apply_yaml(client: &Client, yaml: &str, default_ns: Option<&str>) -
 }
 
 /// Applies one object.
-pub async fn apply_object(client: &Client, mut obj: DynamicObject, default_ns: Option<&str>) -> anyhow::Result<DynamicObject> {
-    let types = obj.types.clone().context("object without apiVersion/kind")?;
+pub async fn apply_object(
+    client: &Client,
+    mut obj: DynamicObject,
+    default_ns: Option<&str>,
+) -> anyhow::Result<DynamicObject> {
+    let types = obj
+        .types
+        .clone()
+        .context("object without apiVersion/kind")?;
     let gvk = GroupVersionKind::try_from(&types)?;
     let (ar, caps) = pinned_kind(client, &gvk)
         .await
@@ -57,17 +68,30 @@ pub async fn apply_object(client: &Client, mut obj: DynamicObject, default_ns: O
     } else {
         Api::all_with(client.clone(), &ar)
     };
-    api.patch(&name, &PatchParams::apply(HARNESS_MANAGER).force(), &Patch::Apply(&obj))
-        .await
-        .with_context(|| format!("applying {} {name}", types.kind))
+    api.patch(
+        &name,
+        &PatchParams::apply(HARNESS_MANAGER).force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .with_context(|| format!("applying {} {name}", types.kind))
 }
 
 /// Applies a YAML file and waits until every CRD in it is Established.
-pub async fn apply_file(client: &Client, path: &Path, default_ns: Option<&str>) -> anyhow::Result<Vec<DynamicObject>> {
-    let yaml = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+pub async fn apply_file(
+    client: &Client,
+    path: &Path,
+    default_ns: Option<&str>,
+) -> anyhow::Result<Vec<DynamicObject>> {
+    let yaml =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let applied = apply_yaml(client, &yaml, default_ns).await?;
     for obj in &applied {
-        if obj.types.as_ref().is_some_and(|t| t.kind == "CustomResourceDefinition") {
+        if obj
+            .types
+            .as_ref()
+            .is_some_and(|t| t.kind == "CustomResourceDefinition")
+        {
             wait_crd_established(client, &obj.name_any()).await?;
         }
     }
@@ -77,19 +101,23 @@ pub async fn apply_file(client: &Client, path: &Path, default_ns: Option<&str>) 
 /// Waits until a CRD is Established (its API is served).
 pub async fn wait_crd_established(client: &Client, name: &str) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crate::wait::until(&format!("CRD {name} established"), Duration::from_secs(30), || {
-        let api = api.clone();
-        async move {
-            let crd = api.get(name).await.map_err(|e| e.to_string())?;
-            let ok = crd
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            Ok(ok.then_some(()))
-        }
-    })
+    crate::wait::until(
+        &format!("CRD {name} established"),
+        Duration::from_secs(30),
+        || {
+            let api = api.clone();
+            async move {
+                let crd = api.get(name).await.map_err(|e| e.to_string())?;
+                let ok = crd
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                Ok(ok.then_some(()))
+            }
+        },
+    )
     .await
 }
 
@@ -101,9 +129,20 @@ pub async fn delete_crd(client: &Client, name: &str) -> anyhow::Result<()> {
         Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
         Err(e) => return Err(e.into()),
     }
-    crate::wait::until(&format!("CRD {name} deleted"), Duration::from_secs(60), || {
-        let api = api.clone();
-        async move { Ok(api.get_opt(name).await.map_err(|e| e.to_string())?.is_none().then_some(())) }
-    })
+    crate::wait::until(
+        &format!("CRD {name} deleted"),
+        Duration::from_secs(60),
+        || {
+            let api = api.clone();
+            async move {
+                Ok(api
+                    .get_opt(name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_none()
+                    .then_some(()))
+            }
+        },
+    )
     .await
 }

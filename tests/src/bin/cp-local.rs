@@ -13,7 +13,10 @@ async fn main() -> anyhow::Result<()> {
     let dir = std::env::var_os("CP_RUN_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("cp-operator-run"));
-    println!(">> starting etcd, kube-apiserver and kube-controller-manager in {}", dir.display());
+    println!(
+        ">> starting etcd, kube-apiserver and kube-controller-manager in {}",
+        dir.display()
+    );
     let opts = Options {
         dir: Some(dir.clone()),
         keep_dir: true,

@@ -49,7 +49,9 @@ pub fn missing_leaves(expected: &Value, actual: &Value, path: &str) -> Vec<Strin
     match (expected, actual) {
         (Value::Object(e), Value::Object(a)) => e
             .iter()
-            .flat_map(|(k, v)| missing_leaves(v, a.get(k).unwrap_or(&Value::Null), &format!("{path}.{k}")))
+            .flat_map(|(k, v)| {
+                missing_leaves(v, a.get(k).unwrap_or(&Value::Null), &format!("{path}.{k}"))
+            })
             .collect(),
         (e, a) if e == a => vec![],
         _ => vec![format!("{path}: expected {expected}, got {actual}")],

@@ -25,7 +25,9 @@ async fn every_reference_crd_applies() {
             let yaml = std::fs::read_to_string(&path)
                 .expect("reference CRD")
                 .replace("connectivityproxy.sap.com", "legacy.connectivityproxy.test");
-            let applied = manifest::apply_yaml(&client, &yaml, None).await.expect("legacy CRD applies");
+            let applied = manifest::apply_yaml(&client, &yaml, None)
+                .await
+                .expect("legacy CRD applies");
             for o in applied {
                 manifest::wait_crd_established(&client, &o.metadata.name.unwrap_or_default())
                     .await
@@ -46,20 +48,32 @@ async fn kyma_default_cr_round_trips() {
     let client = cp.admin().await.expect("admin client");
     install_our_crds(&client).await;
     let ns = cp.namespace("roundtrip-default").await.expect("namespace");
-    let yaml = std::fs::read_to_string(reference("examples/kyma-default-cr.yaml")).expect("default CR");
+    let yaml =
+        std::fs::read_to_string(reference("examples/kyma-default-cr.yaml")).expect("default CR");
     let mut obj = manifest::parse_documents(&yaml).expect("parse").remove(0);
     obj.metadata.namespace = Some(ns.clone());
     let sent = serde_json::to_value(&obj).expect("json");
-    let stored = manifest::apply_object(&client, obj, Some(&ns)).await.expect("default CR applies");
+    let stored = manifest::apply_object(&client, obj, Some(&ns))
+        .await
+        .expect("default CR applies");
     let stored = serde_json::to_value(&stored).expect("json");
-    assert_eq!(missing_leaves(&sent["spec"], &stored["spec"], "spec"), Vec::<String>::new());
+    assert_eq!(
+        missing_leaves(&sent["spec"], &stored["spec"], "spec"),
+        Vec::<String>::new()
+    );
     // Schema defaults: the documented HTTP port, not the old CRD's slip.
-    assert_eq!(stored["spec"]["config"]["servers"]["proxy"]["http"]["port"], 20003);
+    assert_eq!(
+        stored["spec"]["config"]["servers"]["proxy"]["http"]["port"],
+        20003
+    );
     assert_eq!(stored["spec"]["config"]["tenantMode"], "dedicated");
     assert_eq!(stored["spec"]["config"]["highAvailabilityMode"], "off");
     // The typed view reads it back.
     let typed: ConnectivityProxy = serde_json::from_value(stored).expect("typed");
-    assert!(typed.spec.deployment.is_none(), "no webhook registered here: deployment is injected by the webhook");
+    assert!(
+        typed.spec.deployment.is_none(),
+        "no webhook registered here: deployment is injected by the webhook"
+    );
 }
 
 /// A CR with every field of the existing module's CRD set.
@@ -128,13 +142,22 @@ async fn cr_with_every_field_round_trips() {
         &ns,
         &kube::api::ApiResource::erase::<ConnectivityProxy>(&()),
     );
-    let stored = api.create(&PostParams::default(), &obj).await.expect("create full CR");
+    let stored = api
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create full CR");
     let stored = serde_json::to_value(&stored).expect("json");
-    assert_eq!(missing_leaves(&sent["spec"], &stored["spec"], "spec"), Vec::<String>::new());
+    assert_eq!(
+        missing_leaves(&sent["spec"], &stored["spec"], "spec"),
+        Vec::<String>::new()
+    );
     // Typed round trip: nothing is lost through our Rust types either.
     let typed: ConnectivityProxy = serde_json::from_value(stored.clone()).expect("typed");
     let again = serde_json::to_value(&typed).expect("json");
-    assert_eq!(missing_leaves(&stored["spec"], &again["spec"], "spec"), Vec::<String>::new());
+    assert_eq!(
+        missing_leaves(&stored["spec"], &again["spec"], "spec"),
+        Vec::<String>::new()
+    );
 }
 
 #[tokio::test]
