@@ -2,8 +2,10 @@
 //! renewal decision. Pure: no Kubernetes calls, no clock reads except where a `now` is passed in.
 #![forbid(unsafe_code)]
 
+mod inspect;
 mod issue;
 
+pub use inspect::{CertInfo, inspect, split_bundle, verify_chain};
 pub use issue::{Ca, KeyAlgorithm, Leaf, LeafSpec, Usage};
 
 /// Errors of this crate.

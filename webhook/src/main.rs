@@ -1,2 +1,157 @@
+//! `cp-webhook`: the admission webhook process.
 #![forbid(unsafe_code)]
-fn main() {}
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use cp_api::policy::PrivilegedIdentities;
+use cp_webhook::admission::Policy;
+use cp_webhook::cache::Caches;
+use cp_webhook::metrics::Metrics;
+use cp_webhook::server::{AppState, admission_router, metrics_router, serve_plain, serve_tls};
+use cp_webhook::tls::{self, CertStore};
+
+/// Admission webhook of the Connectivity Proxy module operator.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Address of the TLS admission server.
+    #[arg(long, env = "CP_WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
+    addr: SocketAddr,
+    /// Address of the plain-HTTP metrics server (`/metrics`, `/healthz`, `/readyz`).
+    #[arg(long, env = "CP_WEBHOOK_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Serving certificate chain (PEM). Re-read when it changes.
+    #[arg(long, env = "CP_WEBHOOK_TLS_CERT_FILE", requires = "tls_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// Serving private key (PEM).
+    #[arg(long, env = "CP_WEBHOOK_TLS_KEY_FILE", requires = "tls_cert_file")]
+    tls_key_file: Option<PathBuf>,
+    /// How often to look for a changed certificate file.
+    #[arg(long, env = "CP_WEBHOOK_TLS_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    tls_reload_interval: Duration,
+    /// Serve the certificate of this `kubernetes.io/tls` Secret (`namespace/name`), watched; used when no files are given.
+    #[arg(long, env = "CP_WEBHOOK_TLS_SECRET", default_value = "kyma-system/connectivity-proxy-webhook-cert")]
+    tls_secret: String,
+    /// The operator's ServiceAccount (`namespace/name`): the identity that may change `spec.deployment`.
+    #[arg(long, env = "CP_OPERATOR_SERVICE_ACCOUNT", default_value = "kyma-system/connectivity-proxy-controller")]
+    operator_service_account: String,
+    /// More users that may change `spec.deployment` (comma-separated).
+    #[arg(long, env = "CP_PRIVILEGED_USERS", value_delimiter = ',')]
+    privileged_users: Vec<String>,
+    /// Groups that may change `spec.deployment` (comma-separated).
+    #[arg(long, env = "CP_PRIVILEGED_GROUPS", value_delimiter = ',')]
+    privileged_groups: Vec<String>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 2s or 500ms"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" | "" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("{s:?}: unit must be ms, s or m")),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .json()
+        .init();
+    let args = Args::parse();
+    let metrics = Arc::new(Metrics::new()?);
+    let client = kube::Client::try_default().await.context("building the Kubernetes client")?;
+
+    let (sa_ns, sa_name) = args
+        .operator_service_account
+        .split_once('/')
+        .context("--operator-service-account must be namespace/name")?;
+    let mut users = vec![format!("system:serviceaccount:{sa_ns}:{sa_name}")];
+    users.extend(args.privileged_users.iter().filter(|u| !u.is_empty()).cloned());
+    let privileged = PrivilegedIdentities {
+        users,
+        groups: args.privileged_groups.iter().filter(|g| !g.is_empty()).cloned().collect(),
+    };
+    tracing::info!(who = %privileged.describe(), "identities that may change spec.deployment");
+
+    let store = match (&args.tls_cert_file, &args.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            let (c, k) = tls::read_files(cert, key)?;
+            let store = Arc::new(CertStore::new(&c, &k)?);
+            metrics.observe_cert(&c);
+            tokio::spawn(tls::watch_files(store.clone(), metrics.clone(), cert.clone(), key.clone(), args.tls_reload_interval));
+            store
+        }
+        _ => {
+            let (ns, name) = args
+                .tls_secret
+                .split_once('/')
+                .context("--tls-secret must be namespace/name")?;
+            let secret = wait_for_secret(&client, ns, name).await?;
+            let store = Arc::new(CertStore::new(&secret.0, &secret.1)?);
+            metrics.observe_cert(&secret.0);
+            tokio::spawn(tls::watch_secret(store.clone(), metrics.clone(), client.clone(), ns.into(), name.into()));
+            store
+        }
+    };
+
+    let state = AppState {
+        policy: Arc::new(Policy { privileged }),
+        caches: Some(Caches::start(client.clone())),
+        metrics: metrics.clone(),
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(store)?));
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .map_err(|source| cp_webhook::Error::Bind { addr: args.addr, source })?;
+    tracing::info!(addr = %args.addr, metrics = %args.metrics_addr, "serving admission requests");
+    let metrics_server = serve_plain(args.metrics_addr, metrics_router(state.clone()));
+    tokio::select! {
+        _ = serve_tls(listener, acceptor, admission_router(state)) => {}
+        r = metrics_server => r.context("metrics server")?,
+        _ = shutdown_signal() => tracing::info!("shutting down"),
+    }
+    Ok(())
+}
+
+async fn wait_for_secret(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+    let api: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(client.clone(), ns);
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match api.get_opt(name).await {
+            Ok(Some(s)) => {
+                let data = s.data.unwrap_or_default();
+                if let (Some(c), Some(k)) = (data.get("tls.crt"), data.get("tls.key")) {
+                    return Ok((c.0.clone(), k.0.clone()));
+                }
+                tracing::info!(ns, name, "serving certificate Secret has no tls.crt/tls.key yet");
+            }
+            Ok(None) => tracing::info!(ns, name, "waiting for the controller to issue the serving certificate Secret"),
+            Err(e) => tracing::warn!(error = %e, "reading the serving certificate Secret"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

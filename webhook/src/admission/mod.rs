@@ -1,0 +1,299 @@
+//! Admission decisions as pure functions of the request and the cluster facts the webhook caches.
+//!
+//! The HTTP layer decodes bytes into [`Review`] and encodes the response; everything here is
+//! synchronous and testable without a server.
+
+use cp_api::policy::{PrivilegedIdentities, changed_paths};
+use cp_api::validation::{ClusterFacts, FieldError, join, validate_mapping};
+use cp_api::{ConnectivityProxy, ServiceMapping, defaults, names};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::response::StatusSummary;
+use serde_json::Value;
+
+/// The request of a decoded AdmissionReview.
+pub type Request = AdmissionRequest<DynamicObject>;
+
+/// Which endpoint a request arrived on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `/mutate`: ConnectivityProxy defaulting.
+    Mutate,
+    /// `/validate`: ConnectivityProxy validation.
+    Validate,
+    /// `/validate-servicemapping`.
+    ValidateServiceMapping,
+}
+
+impl Endpoint {
+    /// Label value for metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::Mutate => "mutate",
+            Endpoint::Validate => "validate",
+            Endpoint::ValidateServiceMapping => "validate-servicemapping",
+        }
+    }
+
+    fn expected_kind(self) -> &'static str {
+        match self {
+            Endpoint::Mutate | Endpoint::Validate => "ConnectivityProxy",
+            Endpoint::ValidateServiceMapping => "ServiceMapping",
+        }
+    }
+}
+
+/// The outcome, for metrics and logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Allowed unchanged.
+    Allowed,
+    /// Allowed with a patch.
+    Patched,
+    /// Denied.
+    Denied,
+}
+
+impl Decision {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Patched => "patched",
+            Decision::Denied => "denied",
+        }
+    }
+}
+
+/// Why a body could not be decoded into a request: answered with HTTP 400.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Not JSON or not an AdmissionReview.
+    #[error("body is not a valid admission.k8s.io/v1 AdmissionReview: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Another apiVersion/kind.
+    #[error("expected apiVersion admission.k8s.io/v1 and kind AdmissionReview, got {api_version:?} {kind:?}")]
+    WrongType {
+        /// The apiVersion sent.
+        api_version: String,
+        /// The kind sent.
+        kind: String,
+    },
+    /// `request` missing.
+    #[error("AdmissionReview has no request")]
+    NoRequest,
+}
+
+/// Decodes an AdmissionReview body.
+pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
+    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
+    if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
+        return Err(DecodeError::WrongType {
+            api_version: review.types.api_version,
+            kind: review.types.kind,
+        });
+    }
+    review.try_into().map_err(|_| DecodeError::NoRequest)
+}
+
+/// What the webhook knows about the cluster when it decides.
+#[derive(Clone, Debug, Default)]
+pub struct Facts {
+    /// Existing ServiceMappings.
+    pub service_mappings: Vec<std::sync::Arc<ServiceMapping>>,
+    /// Whether any ConnectivityProxy runs in shared tenant mode.
+    pub shared_tenant: bool,
+}
+
+/// The webhook's fixed configuration.
+#[derive(Clone, Debug, Default)]
+pub struct Policy {
+    /// Who may change `spec.deployment`.
+    pub privileged: PrivilegedIdentities,
+}
+
+/// Answers one request. `facts` is read only by the endpoints that need it.
+pub fn review(endpoint: Endpoint, req: &Request, policy: &Policy, facts: &dyn Fn() -> Facts) -> (AdmissionResponse, Decision) {
+    let resp = AdmissionResponse::from(req);
+    if req.kind.kind != endpoint.expected_kind() || req.kind.group != names::GROUP {
+        let msg = format!(
+            "this endpoint admits {}.{}, not {}.{}; check the webhook configuration's rules",
+            endpoint.expected_kind(),
+            names::GROUP,
+            req.kind.kind,
+            req.kind.group
+        );
+        return (deny(resp, 400, "BadRequest", msg), Decision::Denied);
+    }
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return (resp, Decision::Allowed);
+    }
+    let result = match endpoint {
+        Endpoint::Mutate => mutate(req).map(|patch| match patch {
+            Some(p) => match resp.clone().with_patch(p) {
+                Ok(r) => (r, Decision::Patched),
+                Err(e) => (deny(resp.clone(), 500, "InternalError", e.to_string()), Decision::Denied),
+            },
+            None => (resp.clone(), Decision::Allowed),
+        }),
+        Endpoint::Validate => validate_cp(req, policy, &facts()).map(|()| (resp.clone(), Decision::Allowed)),
+        Endpoint::ValidateServiceMapping => {
+            validate_sm(req, &facts()).map(|()| (resp.clone(), Decision::Allowed))
+        }
+    };
+    result.unwrap_or_else(|(code, reason, msg)| (deny(resp, code, reason, msg), Decision::Denied))
+}
+
+type Denial = (u16, &'static str, String);
+
+fn deny(mut resp: AdmissionResponse, code: u16, reason: &str, message: String) -> AdmissionResponse {
+    resp.allowed = false;
+    resp.result.status = Some(StatusSummary::Failure);
+    resp.result.code = code;
+    resp.result.reason = reason.into();
+    resp.result.message = message;
+    resp
+}
+
+fn invalid(message: String) -> Denial {
+    (422, "Invalid", message)
+}
+
+/// The object as JSON, with a clear denial when it is missing.
+fn object_json(obj: Option<&DynamicObject>, which: &str) -> Result<Value, Denial> {
+    let obj = obj.ok_or_else(|| (400, "BadRequest", format!("AdmissionRequest has no {which}")))?;
+    serde_json::to_value(obj).map_err(|e| (400, "BadRequest", format!("{which} is not serialisable: {e}")))
+}
+
+/// Parses the object into the typed resource and refuses fields the type does not know (the API
+/// server prunes those, so they only come from a direct caller).
+fn typed<K: serde::de::DeserializeOwned + serde::Serialize>(value: &Value, which: &str) -> Result<K, Denial> {
+    let parsed: K = serde_json::from_value(value.clone()).map_err(|e| invalid(format!("{which}: {e}")))?;
+    let back = serde_json::to_value(&parsed).map_err(|e| invalid(format!("{which}: {e}")))?;
+    let unknown = unknown_fields(value.get("spec").unwrap_or(&Value::Null), back.get("spec").unwrap_or(&Value::Null), "spec");
+    if !unknown.is_empty() {
+        return Err(invalid(format!("{which} has unknown fields: {}", unknown.join(", "))));
+    }
+    Ok(parsed)
+}
+
+fn unknown_fields(sent: &Value, known: &Value, path: &str) -> Vec<String> {
+    match (sent, known) {
+        (Value::Object(s), Value::Object(k)) => s
+            .iter()
+            .flat_map(|(key, v)| match k.get(key) {
+                None if !v.is_null() => vec![format!("{path}.{key}")],
+                None => vec![],
+                Some(kv) => unknown_fields(v, kv, &format!("{path}.{key}")),
+            })
+            .collect(),
+        (Value::Array(s), Value::Array(k)) => s
+            .iter()
+            .zip(k)
+            .enumerate()
+            .flat_map(|(i, (a, b))| unknown_fields(a, b, &format!("{path}[{i}]")))
+            .collect(),
+        _ => vec![],
+    }
+}
+
+/// The JSON patch that fills missing `spec.deployment` fields with this release's defaults, or
+/// `None` when nothing is missing (an already-defaulted object gets no patch).
+pub fn mutate(req: &Request) -> Result<Option<json_patch::Patch>, Denial> {
+    let original = object_json(req.object.as_ref(), "object")?;
+    if !original.get("spec").is_some_and(Value::is_object) {
+        return Err(invalid("object has no spec".into()));
+    }
+    let mut mutated = original.clone();
+    let defaults = defaults::deployment_defaults_json();
+    let changed = match mutated.pointer_mut("/spec/deployment") {
+        Some(current) if !current.is_null() => defaults::fill_missing(current, &defaults),
+        _ => {
+            if let Some(spec) = mutated.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.insert("deployment".into(), defaults);
+            }
+            true
+        }
+    };
+    Ok(changed.then(|| json_patch::diff(&original, &mutated)))
+}
+
+fn deployment_of(v: &Value) -> Value {
+    v.pointer("/spec/deployment").cloned().unwrap_or(Value::Null)
+}
+
+/// Validates a ConnectivityProxy: protected fields, then every cross-field rule.
+pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<(), Denial> {
+    let new_json = object_json(req.object.as_ref(), "object")?;
+    let new: ConnectivityProxy = typed(&new_json, "object")?;
+    let (old, old_json) = match req.operation {
+        Operation::Update => {
+            let j = object_json(req.old_object.as_ref(), "oldObject")?;
+            (Some(typed::<ConnectivityProxy>(&j, "oldObject")?), Some(j))
+        }
+        _ => (None, None),
+    };
+    let user = req.user_info.username.clone().unwrap_or_default();
+    let groups = req.user_info.groups.clone().unwrap_or_default();
+    if !policy.privileged.allows(&user, &groups) {
+        let before = match &old_json {
+            Some(o) => deployment_of(o),
+            None => defaults::deployment_defaults_json(),
+        };
+        let changed = changed_paths(&before, &deployment_of(&new_json));
+        if !changed.is_empty() {
+            return Err((
+                403,
+                "Forbidden",
+                format!(
+                    "spec.deployment is managed by the Connectivity Proxy operator and cannot be changed by {user}: \
+                     refused {}. Only {} may change it; edit spec.config, spec.ingress or spec.secretConfig instead",
+                    changed.join(", "),
+                    policy.privileged.describe()
+                ),
+            ));
+        }
+    }
+    let cluster = ClusterFacts {
+        service_mappings: facts.service_mappings.iter().filter_map(|m| m.metadata.name.clone()).collect(),
+    };
+    let errors: Vec<FieldError> = new.spec.validate(old.as_ref().map(|o| &o.spec), &cluster);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(invalid(format!("ConnectivityProxy {} is invalid: {}", req.name, join(&errors))))
+    }
+}
+
+/// Validates a ServiceMapping: its fields and the uniqueness of (type, subaccountId, serviceId).
+pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
+    let json = object_json(req.object.as_ref(), "object")?;
+    let mapping: ServiceMapping = typed(&json, "object")?;
+    let mut errors = validate_mapping(&mapping.spec, facts.shared_tenant);
+    let key = cp_api::mapping::mapping_key(&mapping.spec);
+    let name = mapping.metadata.name.clone().unwrap_or_else(|| req.name.clone());
+    if let Some(other) = facts
+        .service_mappings
+        .iter()
+        .find(|m| m.metadata.name.as_deref() != Some(name.as_str()) && cp_api::mapping::mapping_key(&m.spec) == key)
+    {
+        errors.push(FieldError {
+            field: "spec.serviceId".into(),
+            message: format!(
+                "ServiceMapping {} already maps type {} subaccountId {:?} serviceId {:?}; (type, subaccountId, serviceId) must be unique",
+                other.metadata.name.as_deref().unwrap_or("?"),
+                key.0.as_str(),
+                key.1,
+                key.2
+            ),
+        });
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(invalid(format!("ServiceMapping {name} is invalid: {}", join(&errors))))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,70 @@
+//! Watch-backed caches of ServiceMappings and ConnectivityProxies: admission reads them, never LISTs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cp_api::{ConnectivityProxy, ServiceMapping};
+use futures::StreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+
+use crate::admission::Facts;
+
+/// Reflector stores with a readiness flag.
+#[derive(Clone)]
+pub struct Caches {
+    mappings: Store<ServiceMapping>,
+    proxies: Store<ConnectivityProxy>,
+    synced: Arc<AtomicBool>,
+}
+
+impl Caches {
+    /// Starts the reflectors on the current runtime.
+    pub fn start(client: Client) -> Self {
+        let (mappings, mw) = reflector::store::<ServiceMapping>();
+        let (proxies, pw) = reflector::store::<ConnectivityProxy>();
+        let m_stream = reflector::reflector(mw, watcher(Api::<ServiceMapping>::all(client.clone()), watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+        let p_stream = reflector::reflector(pw, watcher(Api::<ConnectivityProxy>::all(client), watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+        tokio::spawn(drain(m_stream.boxed(), "ServiceMapping"));
+        tokio::spawn(drain(p_stream.boxed(), "ConnectivityProxy"));
+        let synced = Arc::new(AtomicBool::new(false));
+        let (m, p, s) = (mappings.clone(), proxies.clone(), synced.clone());
+        tokio::spawn(async move {
+            let _ = m.wait_until_ready().await;
+            let _ = p.wait_until_ready().await;
+            s.store(true, Ordering::SeqCst);
+            tracing::info!("caches synced");
+        });
+        Self { mappings, proxies, synced }
+    }
+
+    /// Whether both caches have their initial list.
+    pub fn ready(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+
+    /// The facts admission needs, from the caches.
+    pub fn facts(&self) -> Facts {
+        Facts {
+            service_mappings: self.mappings.state(),
+            shared_tenant: self.proxies.state().iter().any(|p| p.spec.tenant_mode() == "shared"),
+        }
+    }
+}
+
+async fn drain<S, T, E>(mut stream: S, kind: &'static str)
+where
+    S: futures::Stream<Item = Result<T, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    while let Some(item) = stream.next().await {
+        if let Err(e) = item {
+            tracing::warn!(kind, error = %e, "watch error; retrying with backoff");
+        }
+    }
+}

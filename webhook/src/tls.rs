@@ -1,0 +1,168 @@
+//! The serving certificate, hot-swapped behind an `ArcSwap` without a restart.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rustls::ServerConfig;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use crate::Error;
+use crate::metrics::Metrics;
+
+/// The current certificate, read by every TLS handshake.
+#[derive(Debug)]
+pub struct CertStore {
+    current: ArcSwap<CertifiedKey>,
+    loaded: ArcSwap<(Vec<u8>, Vec<u8>)>,
+}
+
+impl CertStore {
+    /// A store holding the given PEM certificate chain and key.
+    pub fn new(cert_pem: &[u8], key_pem: &[u8]) -> Result<Self, Error> {
+        Ok(Self {
+            current: ArcSwap::from_pointee(certified_key(cert_pem, key_pem)?),
+            loaded: ArcSwap::from_pointee((cert_pem.to_vec(), key_pem.to_vec())),
+        })
+    }
+
+    /// Swaps in a new certificate if it differs from the current one; returns whether it did.
+    /// A certificate that does not parse is refused and the current one stays.
+    pub fn update(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<bool, Error> {
+        let loaded = self.loaded.load();
+        if loaded.0 == cert_pem && loaded.1 == key_pem {
+            return Ok(false);
+        }
+        let key = certified_key(cert_pem, key_pem)?;
+        self.current.store(Arc::new(key));
+        self.loaded.store(Arc::new((cert_pem.to_vec(), key_pem.to_vec())));
+        Ok(true)
+    }
+
+    /// The PEM of the certificate being served.
+    pub fn cert_pem(&self) -> Vec<u8> {
+        self.loaded.load().0.clone()
+    }
+}
+
+impl ResolvesServerCert for CertStore {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Error> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| Error::Tls(format!("certificate PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(Error::Tls("certificate PEM holds no certificate".into()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| Error::Tls(format!("private key PEM: {e}")))?;
+    let signing = provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| Error::Tls(format!("private key: {e}")))?;
+    let ck = CertifiedKey::new(certs, signing);
+    ck.keys_match().map_err(|e| Error::Tls(format!("key does not match certificate: {e}")))?;
+    Ok(ck)
+}
+
+/// A rustls server configuration (TLS 1.2 and 1.3 only) that serves whatever `store` holds.
+pub fn server_config(store: Arc<CertStore>) -> Result<ServerConfig, Error> {
+    let mut cfg = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| Error::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_cert_resolver(store);
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// Where the certificate comes from.
+#[derive(Clone, Debug)]
+pub enum CertSource {
+    /// PEM files (e.g. a mounted Secret), re-read every `interval`.
+    Files {
+        /// Certificate chain.
+        cert: PathBuf,
+        /// Private key.
+        key: PathBuf,
+        /// How often to look for a change.
+        interval: Duration,
+    },
+    /// A `kubernetes.io/tls` Secret, watched.
+    Secret {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+}
+
+/// Reads the initial certificate from files.
+pub fn read_files(cert: &PathBuf, key: &PathBuf) -> Result<(Vec<u8>, Vec<u8>), Error> {
+    let c = std::fs::read(cert).map_err(|e| Error::Tls(format!("reading {}: {e}", cert.display())))?;
+    let k = std::fs::read(key).map_err(|e| Error::Tls(format!("reading {}: {e}", key.display())))?;
+    Ok((c, k))
+}
+
+/// Applies a newly observed certificate: swap, log, count.
+pub fn apply_update(store: &CertStore, metrics: &Metrics, cert: &[u8], key: &[u8]) {
+    match store.update(cert, key) {
+        Ok(true) => {
+            metrics.cert_reloads.inc();
+            metrics.observe_cert(cert);
+            tracing::info!("serving certificate reloaded");
+        }
+        Ok(false) => {}
+        Err(e) => {
+            metrics.cert_reload_failures.inc();
+            tracing::warn!(error = %e, "new serving certificate refused; keeping the current one");
+        }
+    }
+}
+
+/// Re-reads certificate files every `interval` and swaps in changes.
+pub async fn watch_files(store: Arc<CertStore>, metrics: Arc<Metrics>, cert: PathBuf, key: PathBuf, interval: Duration) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match read_files(&cert, &key) {
+            Ok((c, k)) => apply_update(&store, &metrics, &c, &k),
+            Err(e) => tracing::warn!(error = %e, "cannot read serving certificate files"),
+        }
+    }
+}
+
+/// Watches a TLS Secret and swaps in changes.
+pub async fn watch_secret(store: Arc<CertStore>, metrics: Arc<Metrics>, client: kube::Client, namespace: String, name: String) {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api: kube::Api<Secret> = kube::Api::namespaced(client, &namespace);
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut stream = watcher(api, cfg).default_backoff().applied_objects().boxed();
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(secret) => {
+                let data = secret.data.unwrap_or_default();
+                match (data.get("tls.crt"), data.get("tls.key")) {
+                    (Some(c), Some(k)) => apply_update(&store, &metrics, &c.0, &k.0),
+                    _ => tracing::warn!(%namespace, %name, "serving certificate Secret lacks tls.crt or tls.key"),
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "watching the serving certificate Secret"),
+        }
+    }
+}
