@@ -5,6 +5,7 @@
 //! controller can reconcile.
 #![forbid(unsafe_code)]
 
+pub mod admission_config;
 pub mod cp;
 pub mod crds;
 pub mod defaults;

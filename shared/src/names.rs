@@ -114,3 +114,12 @@ mod tests {
         assert_eq!(cacert_secret_name("x"), "x-cacert");
     }
 }
+
+// Admission webhook.
+pub const MUTATING_WEBHOOK_CONFIG: &str = "connectivity-proxy-operator-mutating";
+pub const VALIDATING_WEBHOOK_CONFIG: &str = "connectivity-proxy-operator-validating";
+pub const WEBHOOK_SERVICE: &str = "connectivity-proxy-operator-webhook";
+pub const WEBHOOK_CERT_SECRET: &str = "connectivity-proxy-webhook-cert";
+pub const WEBHOOK_CA_SECRET: &str = "connectivity-proxy-webhook-ca";
+pub const CONTROLLER_SERVICE_ACCOUNT: &str = "connectivity-proxy-controller";
+pub const WEBHOOK_SERVICE_ACCOUNT: &str = "connectivity-proxy-webhook";

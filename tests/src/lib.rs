@@ -9,6 +9,7 @@
 pub mod cluster;
 pub mod manifest;
 pub mod wait;
+pub mod webhook;
 
 pub use cluster::{ControlPlane, Identity};
 

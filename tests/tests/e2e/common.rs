@@ -8,6 +8,7 @@ use cp_tests::manifest;
 use kube::Client;
 use serde_json::Value;
 use tokio::sync::OnceCell;
+use cp_tests::webhook::Webhook;
 
 /// The shared control plane.
 pub fn control_plane() -> Arc<ControlPlane> {
@@ -57,3 +58,87 @@ pub fn missing_leaves(expected: &Value, actual: &Value, path: &str) -> Vec<Strin
         _ => vec![format!("{path}: expected {expected}, got {actual}")],
     }
 }
+
+/// A user with edit rights on both kinds (and nothing else).
+pub const ALICE: &str = "alice";
+
+/// The webhook started once per test binary and registered in the API server, with `system:masters`
+/// privileged (cluster admins may override `spec.deployment`), plus RBAC for [`ALICE`] and the
+/// operator's ServiceAccount. Returns once the API server routes admission through it.
+pub async fn webhook() -> &'static Webhook {
+    static WEBHOOK: OnceCell<Webhook> = OnceCell::const_new();
+    WEBHOOK
+        .get_or_init(|| async {
+            let cp = control_plane();
+            let client = cp.admin().await.expect("admin");
+            install_our_crds(&client).await;
+            manifest::apply_yaml(&client, EDITOR_RBAC, None).await.expect("editor RBAC");
+            let wh = Webhook::start(&cp, "cp-webhook", &["--privileged-groups=system:masters"])
+                .await
+                .expect("webhook starts");
+            wh.register(&client).await.expect("register");
+            wait_admission_active(&client).await;
+            wh
+        })
+        .await
+}
+
+const EDITOR_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: cp-test-editor
+rules:
+- apiGroups: ["connectivityproxy.sap.com"]
+  resources: ["connectivityproxies", "servicemappings"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: cp-test-editor
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: cp-test-editor
+subjects:
+- kind: User
+  name: alice
+  apiGroup: rbac.authorization.k8s.io
+- kind: ServiceAccount
+  name: connectivity-proxy-controller
+  namespace: kyma-system
+"#;
+
+async fn wait_admission_active(client: &Client) {
+    use kube::api::{Api, DynamicObject, PostParams};
+    let ns = "webhook-probe";
+    cp_tests::cluster::ensure_namespace(client, ns).await.expect("probe namespace");
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::api::ApiResource::erase::<cp_api::ConnectivityProxy>(&()),
+    );
+    let obj: DynamicObject = serde_json::from_value(default_cr("probe")).expect("object");
+    cp_tests::wait::until("the API server to call the webhook", std::time::Duration::from_secs(30), || {
+        let (api, obj) = (api.clone(), obj.clone());
+        async move {
+            let pp = PostParams { dry_run: true, ..Default::default() };
+            let created = api.create(&pp, &obj).await.map_err(|e| e.to_string())?;
+            Ok(created.data["spec"].get("deployment").map(|_| ()))
+        }
+    })
+    .await
+    .expect("admission active");
+}
+
+/// The Kyma default CR (from the reference example) with another name.
+pub fn default_cr(name: &str) -> Value {
+    let yaml = std::fs::read_to_string(reference("examples/kyma-default-cr.yaml")).expect("default CR");
+    let mut v: Value = serde_yaml::from_str(yaml.split("\n---").next().unwrap_or(&yaml)).expect("yaml");
+    v["metadata"] = serde_json::json!({"name": name});
+    v
+}
+
+/// ServiceMappings are cluster-scoped: tests that create them, or that need none to exist, hold this.
+pub static MAPPINGS_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -1,0 +1,148 @@
+//! Running the `cp-webhook` binary against a control plane and registering it in the API server.
+
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::Context;
+use cp_api::admission_config::{self, Endpoint};
+use cp_certs::{Ca, KeyAlgorithm, LeafSpec};
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, Config};
+use time::OffsetDateTime;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::ControlPlane;
+use crate::manifest::HARNESS_MANAGER;
+
+/// A running webhook process.
+pub struct Webhook {
+    /// `https://127.0.0.1:<port>`.
+    pub url: String,
+    /// `127.0.0.1:<port>` of the plain-HTTP metrics server.
+    pub metrics_addr: String,
+    /// The CA that signed its serving certificate.
+    pub ca: Ca,
+    /// Certificate file the webhook watches.
+    pub cert_file: std::path::PathBuf,
+    /// Key file the webhook watches.
+    pub key_file: std::path::PathBuf,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+}
+
+/// Issues a serving certificate for 127.0.0.1 from `ca`, valid from now for `lifetime`.
+pub fn serving_cert(ca: &Ca, lifetime: time::Duration) -> anyhow::Result<cp_certs::Leaf> {
+    let now = OffsetDateTime::now_utc() - time::Duration::seconds(30);
+    Ok(ca.issue(&LeafSpec::server(
+        "cp-webhook",
+        &["localhost"],
+        &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
+        now,
+        lifetime,
+    ))?)
+}
+
+impl Webhook {
+    /// Starts the webhook binary in the control plane's process group, waits until it is ready,
+    /// and registers both webhook configurations pointing at it. `extra_args` go to the binary.
+    pub async fn start(cp: &ControlPlane, name: &str, extra_args: &[&str]) -> anyhow::Result<Webhook> {
+        let now = OffsetDateTime::now_utc() - time::Duration::minutes(1);
+        let ca = Ca::generate("cp-webhook-test-ca", now, now + time::Duration::days(30), KeyAlgorithm::default())?;
+        let leaf = serving_cert(&ca, time::Duration::days(30))?;
+        let cert_file = cp.dir.join(format!("{name}.crt"));
+        let key_file = cp.dir.join(format!("{name}.key"));
+        std::fs::write(&cert_file, &leaf.cert_pem)?;
+        std::fs::write(&key_file, &leaf.key_pem)?;
+        let port = free_port()?;
+        let metrics_port = free_port()?;
+        let bin = crate::own_bin_dir().join("cp-webhook");
+        anyhow::ensure!(bin.exists(), "{} not found: run `cargo build --workspace --bins` first", bin.display());
+        let mut cmd = Command::new(&bin);
+        cmd.env("KUBECONFIG", &cp.admin_kubeconfig)
+            .env("RUST_LOG", "info")
+            .arg(format!("--addr=127.0.0.1:{port}"))
+            .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
+            .arg(format!("--tls-cert-file={}", cert_file.display()))
+            .arg(format!("--tls-key-file={}", key_file.display()))
+            .arg("--tls-reload-interval=200ms")
+            .args(extra_args);
+        cp.spawn_process(name, &mut cmd)?;
+        let wh = Webhook {
+            url: format!("https://127.0.0.1:{port}"),
+            metrics_addr: format!("127.0.0.1:{metrics_port}"),
+            ca,
+            cert_file,
+            key_file,
+        };
+        let addr = wh.metrics_addr.clone();
+        crate::wait::until(&format!("{name} /readyz"), Duration::from_secs(30), || {
+            let addr = addr.clone();
+            async move {
+                match http_get(&addr, "/readyz").await {
+                    Ok((200, _)) => Ok(Some(())),
+                    Ok((code, body)) => Err(format!("{code} {body}")),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        })
+        .await
+        .map_err(|e| e.context(format!("{name} log:\n{}", cp.log_tail(name, 20))))?;
+        Ok(wh)
+    }
+
+    /// Registers (or re-points) both webhook configurations at this webhook.
+    pub async fn register(&self, client: &Client) -> anyhow::Result<()> {
+        let endpoint = Endpoint::Url(self.url.clone());
+        let ca = self.ca.cert_pem.as_bytes();
+        let pp = PatchParams::apply(HARNESS_MANAGER).force();
+        let m = admission_config::mutating(&endpoint, Some(ca));
+        Api::<MutatingWebhookConfiguration>::all(client.clone())
+            .patch(cp_api::names::MUTATING_WEBHOOK_CONFIG, &pp, &Patch::Apply(&m))
+            .await
+            .context("registering the mutating webhook")?;
+        let v = admission_config::validating(&endpoint, Some(ca));
+        Api::<ValidatingWebhookConfiguration>::all(client.clone())
+            .patch(cp_api::names::VALIDATING_WEBHOOK_CONFIG, &pp, &Patch::Apply(&v))
+            .await
+            .context("registering the validating webhook")?;
+        Ok(())
+    }
+
+    /// A client whose base URL is the webhook itself (for direct, malformed requests).
+    pub fn direct_client(&self) -> anyhow::Result<Client> {
+        let mut cfg = Config::new(self.url.parse()?);
+        cfg.root_cert = Some(vec![pem_to_der(&self.ca.cert_pem)?]);
+        Ok(Client::try_from(cfg)?)
+    }
+
+    /// `GET` on the metrics port; returns the status code and body.
+    pub async fn metrics_get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        http_get(&self.metrics_addr, path).await
+    }
+}
+
+fn pem_to_der(pem: &str) -> anyhow::Result<Vec<u8>> {
+    use base64::Engine;
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    Ok(base64::engine::general_purpose::STANDARD.decode(body)?)
+}
+
+/// A minimal HTTP/1.0 GET over loopback.
+pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr)).await??;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await??;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("no HTTP status line")?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((code, body))
+}
