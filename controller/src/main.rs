@@ -1,2 +1,202 @@
+//! `cp-controller`: the controller process.
 #![forbid(unsafe_code)]
-fn main() {}
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+use clap::Parser;
+use cp_api::{ConnectivityProxy, ServiceMapping, names};
+use cp_controller::apply::Applier;
+use cp_controller::context::{Ctx, Settings};
+use cp_controller::leader::{self, LeaseConfig};
+use cp_controller::metrics::Metrics;
+use cp_controller::reconcile::{error_policy, reconcile};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, Client};
+
+/// Controller of the Connectivity Proxy module operator.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Address of the plain-HTTP server for `/metrics`, `/healthz` and `/readyz`.
+    #[arg(long, env = "CP_CONTROLLER_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Reconcile healthy CRs this often anyway (seconds); a steady state only reads.
+    #[arg(long, env = "CP_RESYNC_SECONDS", default_value_t = 600)]
+    resync_seconds: u64,
+    /// Elect a leader on a Lease so that several replicas can run.
+    #[arg(long, env = "CP_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Namespace of the leader Lease.
+    #[arg(long, env = "CP_LEASE_NAMESPACE", default_value = "kyma-system")]
+    lease_namespace: String,
+    /// Name of the leader Lease.
+    #[arg(long, env = "CP_LEASE_NAME", default_value = "connectivity-proxy-operator")]
+    lease_name: String,
+    /// Lease duration in seconds.
+    #[arg(long, env = "CP_LEASE_SECONDS", default_value_t = 15)]
+    lease_seconds: u64,
+    /// This replica's identity (the pod name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+}
+
+#[derive(Clone)]
+struct Health {
+    metrics: Arc<Metrics>,
+    ready: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into()))
+        .json()
+        .init();
+    let args = Args::parse();
+    let client = Client::try_default().await.context("building the Kubernetes client")?;
+    let metrics = Arc::new(Metrics::new()?);
+    let health = Health {
+        metrics: metrics.clone(),
+        ready: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    };
+    tokio::spawn(serve_health(args.metrics_addr, health.clone()));
+
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        format!("{}-{}", std::env::var("HOSTNAME").unwrap_or_else(|_| "cp-controller".into()), std::process::id())
+    });
+    let lease = LeaseConfig {
+        namespace: args.lease_namespace.clone(),
+        name: args.lease_name.clone(),
+        identity: identity.clone(),
+        duration: Duration::from_secs(args.lease_seconds.max(3)),
+    };
+    if args.leader_elect {
+        tracing::info!(%identity, "waiting for the leader lease");
+        leader::acquire(&client, &lease).await;
+        metrics.leader.set(1);
+    }
+
+    let (crds, crd_stream) = reflected::<CustomResourceDefinition>(Api::all(client.clone()), watcher::Config::default());
+    let (mappings, mapping_stream) = reflected::<ServiceMapping>(Api::all(client.clone()), watcher::Config::default());
+    let managed = watcher::Config::default().labels(&format!("{}={}", names::LABEL_MANAGED_BY, names::MANAGED_BY_VALUE));
+    let controller = Controller::new(Api::<ConnectivityProxy>::all(client.clone()), watcher::Config::default());
+    let proxies = controller.store();
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        applier: Applier::new(client.clone()),
+        metrics: metrics.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "connectivity-proxy-operator".into(),
+                instance: Some(identity),
+            },
+        ),
+        crds: crds.clone(),
+        mappings: mappings.clone(),
+        proxies: proxies.clone(),
+        settings: Settings {
+            resync: Duration::from_secs(args.resync_seconds),
+        },
+    });
+    let all = |store: Store<ConnectivityProxy>| move || store.state().iter().map(|c| ObjectRef::from_obj(&**c)).collect::<Vec<_>>();
+    let (all_for_crd, all_for_mapping, all_for_shoot) = (all(proxies.clone()), all(proxies.clone()), all(proxies.clone()));
+    let relevant_crd = |name: &str| {
+        names::ISTIO_CRDS.contains(&name)
+            || names::BTP_CRDS.contains(&name)
+            || name == names::GARDENER_CERT_CRD
+            || name == names::CERT_MANAGER_CRD
+    };
+    let shoot_info = reflector::reflector(
+        reflector::store::<ConfigMap>().1,
+        watcher(
+            Api::<ConfigMap>::namespaced(client.clone(), names::SHOOT_INFO_NAMESPACE),
+            watcher::Config::default().fields(&format!("metadata.name={}", names::SHOOT_INFO)),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+
+    let ready_flag = health.ready.clone();
+    let (c, m) = (crds.clone(), mappings.clone());
+    tokio::spawn(async move {
+        let _ = c.wait_until_ready().await;
+        let _ = m.wait_until_ready().await;
+        ready_flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+
+    let run = controller
+        .owns(Api::<StatefulSet>::all(client.clone()), managed.clone())
+        .owns(Api::<Service>::all(client.clone()), managed.clone())
+        .owns(Api::<ConfigMap>::all(client.clone()), managed)
+        .watches_stream(crd_stream, move |crd| {
+            if relevant_crd(crd.metadata.name.as_deref().unwrap_or_default()) { all_for_crd() } else { vec![] }
+        })
+        .watches_stream(mapping_stream, move |_| all_for_mapping())
+        .watches_stream(shoot_info, move |_| all_for_shoot())
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "controller event");
+            }
+        });
+    if args.leader_elect {
+        tokio::select! {
+            _ = run => {}
+            _ = leader::keep(client.clone(), lease) => {
+                metrics.leader.set(0);
+                anyhow::bail!("lost the leader lease; exiting so that the new leader reconciles alone");
+            }
+        }
+    } else {
+        run.await;
+    }
+    Ok(())
+}
+
+fn reflected<K>(api: Api<K>, cfg: watcher::Config) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff().touched_objects();
+    (store, stream)
+}
+
+async fn serve_health(addr: SocketAddr, health: Health) {
+    let app = Router::new()
+        .route("/metrics", get(|State(h): State<Health>| async move { h.metrics.render() }))
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State(h): State<Health>| async move {
+                if h.ready.load(std::sync::atomic::Ordering::SeqCst) {
+                    (axum::http::StatusCode::OK, "ok")
+                } else {
+                    (axum::http::StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+                }
+            }),
+        )
+        .with_state(health);
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => {
+            if let Err(e) = axum::serve(l, app).await {
+                tracing::error!(error = %e, "metrics server failed");
+            }
+        }
+        Err(e) => tracing::error!(%addr, error = %e, "cannot bind the metrics server"),
+    }
+}

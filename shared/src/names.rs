@@ -123,3 +123,29 @@ pub const WEBHOOK_CERT_SECRET: &str = "connectivity-proxy-webhook-cert";
 pub const WEBHOOK_CA_SECRET: &str = "connectivity-proxy-webhook-ca";
 pub const CONTROLLER_SERVICE_ACCOUNT: &str = "connectivity-proxy-controller";
 pub const WEBHOOK_SERVICE_ACCOUNT: &str = "connectivity-proxy-webhook";
+
+/// Labels recording which CR a managed object belongs to (owner references cannot cross namespaces).
+pub const LABEL_OWNER_NAME: &str = "connectivityproxy.sap.com/owner-name";
+pub const LABEL_OWNER_NAMESPACE: &str = "connectivityproxy.sap.com/owner-namespace";
+/// Annotation with the hash of the desired state last applied to an object.
+pub const ANNOTATION_APPLIED_HASH: &str = "connectivityproxy.sap.com/applied-hash";
+/// ConfigMap with the cluster's domain (Gardener).
+pub const SHOOT_INFO_NAMESPACE: &str = "kube-system";
+pub const SHOOT_INFO: &str = "shoot-info";
+
+/// Istio CRDs the operator needs.
+pub const ISTIO_CRDS: [&str; 4] = [
+    "gateways.networking.istio.io",
+    "virtualservices.networking.istio.io",
+    "destinationrules.networking.istio.io",
+    "peerauthentications.security.istio.io",
+];
+/// BTP operator CRDs needed to auto-provision the service key.
+pub const BTP_CRDS: [&str; 2] = [
+    "serviceinstances.services.cloud.sap.com",
+    "servicebindings.services.cloud.sap.com",
+];
+/// Gardener's certificate CRD: when present, the tunnel certificate is a Gardener Certificate.
+pub const GARDENER_CERT_CRD: &str = "certificates.cert.gardener.cloud";
+/// cert-manager's certificate CRD.
+pub const CERT_MANAGER_CRD: &str = "certificates.cert-manager.io";

@@ -1,0 +1,195 @@
+//! Applying desired objects with server-side apply, skipping objects that already match (so a
+//! steady state issues no writes), and pruning managed objects that are no longer desired.
+
+use std::collections::BTreeSet;
+
+use cp_api::names;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+use crate::Error;
+use crate::desired::{Desired, Kind};
+
+/// FNV-1a, 64 bit, hex: a stable hash across processes and releases (unlike `DefaultHasher`).
+pub fn hash_str(s: &str) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    format!("{h:016x}")
+}
+
+/// The object as applied: the desired body with the hash of that body in an annotation, so that a
+/// field dropped from the desired state (which a subset comparison cannot see) still triggers an apply.
+pub fn with_hash(d: &Desired) -> Value {
+    let mut body = d.body.clone();
+    let hash = hash_str(&d.body.to_string());
+    if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        let ann = meta.entry("annotations").or_insert_with(|| Value::Object(Default::default()));
+        if let Some(a) = ann.as_object_mut() {
+            a.insert(names::ANNOTATION_APPLIED_HASH.into(), Value::String(hash));
+        }
+    }
+    body
+}
+
+/// Whether every field of `desired` has the same value in `live` (extra live fields are fine; empty
+/// desired values match missing ones; resource quantities compare by value).
+pub fn matches(desired: &Value, live: &Value) -> bool {
+    match (desired, live) {
+        (Value::Object(d), Value::Object(l)) => d.iter().all(|(k, dv)| match l.get(k) {
+            Some(lv) => matches(dv, lv),
+            None => is_empty(dv),
+        }),
+        (Value::Object(_) | Value::Array(_), Value::Null) => is_empty(desired),
+        (Value::Array(d), Value::Array(l)) => d.len() == l.len() && d.iter().zip(l).all(|(a, b)| matches(a, b)),
+        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        (Value::String(a), Value::String(b)) => a == b || quantity(a).is_some_and(|qa| quantity(b) == Some(qa)),
+        (a, b) => a == b,
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(o) => o.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+/// Parses a Kubernetes quantity (`100m`, `1`, `256M`, `1Gi`) into its value.
+fn quantity(s: &str) -> Option<f64> {
+    let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
+    let (num, suffix) = s.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    let factor = match suffix {
+        "" => 1.0,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "Ki" => 1024.0,
+        "Mi" => 1024.0 * 1024.0,
+        "Gi" => 1024.0 * 1024.0 * 1024.0,
+        "Ti" => 1024.0f64.powi(4),
+        _ => return None,
+    };
+    Some(n * factor)
+}
+
+/// Applies objects and counts the writes it makes.
+pub struct Applier {
+    client: Client,
+}
+
+impl Applier {
+    /// An applier using `client`.
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+
+    fn api(&self, kind: Kind, namespace: Option<&str>) -> Api<DynamicObject> {
+        let ar = kind.api_resource();
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        }
+    }
+
+    /// Reads the live object.
+    pub async fn get(&self, kind: Kind, namespace: Option<&str>, name: &str) -> Result<Option<DynamicObject>, Error> {
+        self.api(kind, namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::kube(format!("reading {} {name}", kind.api_resource().kind), e))
+    }
+
+    /// Applies `d` unless the live object already matches; returns whether it wrote.
+    pub async fn ensure(&self, d: &Desired) -> Result<bool, Error> {
+        let body = with_hash(d);
+        if let Some(live) = self.get(d.kind, d.namespace.as_deref(), &d.name).await? {
+            let live = serde_json::to_value(&live).unwrap_or(Value::Null);
+            if matches(&body, &live) {
+                return Ok(false);
+            }
+        }
+        let what = format!("applying {} {}", d.kind.api_resource().kind, d.name);
+        self.api(d.kind, d.namespace.as_deref())
+            .patch(&d.name, &PatchParams::apply(names::FIELD_MANAGER).force(), &Patch::Apply(&body))
+            .await
+            .map_err(|e| Error::kube(what, e))?;
+        Ok(true)
+    }
+
+    /// Every managed object of `kinds` that belongs to the CR `owner` (`namespace/name`).
+    pub async fn owned(&self, kinds: &[Kind], owner: (&str, &str)) -> Result<Vec<(Kind, DynamicObject)>, Error> {
+        let selector = format!(
+            "{}={},{}={},{}={}",
+            names::LABEL_MANAGED_BY,
+            names::MANAGED_BY_VALUE,
+            names::LABEL_OWNER_NAMESPACE,
+            owner.0,
+            names::LABEL_OWNER_NAME,
+            owner.1
+        );
+        let mut out = Vec::new();
+        for &kind in kinds {
+            let list = self
+                .api(kind, None)
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| Error::kube(format!("listing {}", kind.api_resource().plural), e))?;
+            out.extend(list.items.into_iter().map(|o| (kind, o)));
+        }
+        Ok(out)
+    }
+
+    /// Deletes managed objects of `kinds` owned by `owner` that are not in `keep`; returns how many.
+    pub async fn prune(&self, kinds: &[Kind], owner: (&str, &str), keep: &BTreeSet<(Kind, Option<String>, String)>) -> Result<usize, Error> {
+        let mut deleted = 0;
+        for (kind, obj) in self.owned(kinds, owner).await? {
+            let key = (kind, obj.namespace(), obj.name_any());
+            if keep.contains(&key) {
+                continue;
+            }
+            self.delete(kind, obj.namespace().as_deref(), &obj.name_any()).await?;
+            deleted += 1;
+        }
+        Ok(deleted)
+    }
+
+    /// Deletes one object (absent is fine).
+    pub async fn delete(&self, kind: Kind, namespace: Option<&str>, name: &str) -> Result<(), Error> {
+        match self.api(kind, namespace).delete(name, &DeleteParams::background()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(Error::kube(format!("deleting {} {name}", kind.api_resource().kind), e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn subset_match_ignores_server_defaults_and_normalises_quantities() {
+        let desired = json!({"spec": {"replicas": 1, "res": {"cpu": "1000m", "memory": "256M"}, "empty": {}}});
+        let live = json!({"spec": {"replicas": 1, "res": {"cpu": "1", "memory": "256M"}, "extra": true}});
+        assert!(matches(&desired, &live));
+        assert!(!matches(&json!({"spec": {"replicas": 2}}), &live));
+        assert!(!matches(&json!({"a": [1, 2]}), &json!({"a": [1]})));
+    }
+
+    #[test]
+    fn hash_is_stable() {
+        assert_eq!(hash_str("abc"), hash_str("abc"));
+        assert_ne!(hash_str("abc"), hash_str("abd"));
+        assert_eq!(hash_str(""), "cbf29ce484222325");
+    }
+}

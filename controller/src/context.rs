@@ -1,0 +1,64 @@
+//! What every reconcile shares.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cp_api::{ConnectivityProxy, ServiceMapping};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::Store;
+
+use crate::apply::Applier;
+use crate::metrics::Metrics;
+
+/// Fixed settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// How often a healthy CR is reconciled anyway (reads only unless something drifted).
+    pub resync: Duration,
+}
+
+/// Shared state of the reconciler.
+pub struct Ctx {
+    /// API client.
+    pub client: Client,
+    /// Applies desired objects.
+    pub applier: Applier,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Every CRD in the cluster (dependency detection).
+    pub crds: Store<CustomResourceDefinition>,
+    /// Every ServiceMapping.
+    pub mappings: Store<ServiceMapping>,
+    /// Every ConnectivityProxy.
+    pub proxies: Store<ConnectivityProxy>,
+    /// Settings.
+    pub settings: Settings,
+}
+
+impl Ctx {
+    /// Which of `names` are not installed and established.
+    pub fn missing_crds(&self, names: &[&str]) -> Vec<String> {
+        names
+            .iter()
+            .filter(|n| {
+                let crd = self.crds.get(&kube::runtime::reflector::ObjectRef::new(n));
+                !crd.is_some_and(|c| {
+                    c.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+                })
+            })
+            .map(|n| n.to_string())
+            .collect()
+    }
+
+    /// Whether a CRD is installed and established.
+    pub fn has_crd(&self, name: &str) -> bool {
+        self.missing_crds(&[name]).is_empty()
+    }
+}

@@ -1,0 +1,117 @@
+//! The ConfigMaps: the proxy's configuration file, the on-premise proxy info, the service mappings.
+
+use std::sync::Arc;
+
+use cp_api::{ConnectivityProxy, ServiceMapping, names};
+use serde_json::{Value, json};
+
+use super::{Desired, Kind, Resolved, object};
+
+/// The effective `connectivity-proxy-config.yml`: `spec.config` with defaults filled in and every
+/// `auto-provision` replaced by its resolved value.
+pub fn render_config(cr: &ConnectivityProxy, resolved: &Resolved) -> String {
+    let spec = &cr.spec;
+    let mut cfg = serde_json::to_value(&spec.config).unwrap_or_else(|_| json!({}));
+    let proxies: serde_json::Map<String, Value> = spec
+        .proxies()
+        .into_iter()
+        .map(|(name, p)| (name.to_string(), serde_json::to_value(p).unwrap_or(Value::Null)))
+        .collect();
+    let mut proxy = Value::Object(proxies);
+    if let Some(auth) = spec.config.servers.proxy.as_ref().and_then(|p| p.authorization.as_ref()) {
+        proxy["authorization"] = serde_json::to_value(auth).unwrap_or(Value::Null);
+    }
+    cfg["servers"]["proxy"] = proxy;
+    cfg["servers"]["businessDataTunnel"]["externalHost"] = json!(resolved.external_host);
+    if cfg["servers"]["businessDataTunnel"].get("externalPort").is_none() {
+        cfg["servers"]["businessDataTunnel"]["externalPort"] = json!(443);
+    }
+    let set_or_remove = |cfg: &mut Value, key: &str, v: &Option<String>| match v {
+        Some(v) => cfg[key] = json!(v),
+        None => {
+            cfg.as_object_mut().map(|o| o.remove(key));
+        }
+    };
+    set_or_remove(&mut cfg, "subaccountId", &resolved.subaccount_id);
+    set_or_remove(&mut cfg, "subaccountSubdomain", &resolved.subaccount_subdomain);
+    for (key, default) in [
+        ("highAvailabilityMode", json!("off")),
+        ("tenantMode", json!("dedicated")),
+        ("serviceChannels", json!({"enabled": true})),
+        ("multiRegionMode", json!({"enabled": false})),
+        (
+            "integration",
+            json!({"auditlog": {"mode": "console"}, "connectivityService": {"serviceCredentialsKey": "service_key"}}),
+        ),
+    ] {
+        if cfg.get(key).is_none_or(Value::is_null) {
+            cfg[key] = default;
+        }
+    }
+    serde_yaml::to_string(&cfg).unwrap_or_default()
+}
+
+/// All mappings as deterministic JSON (sorted by name; fields in a fixed order).
+pub fn service_mappings_json(mappings: &[Arc<ServiceMapping>]) -> String {
+    let mut sorted: Vec<&Arc<ServiceMapping>> = mappings.iter().collect();
+    sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let entries: Vec<Value> = sorted
+        .into_iter()
+        .map(|m| {
+            let s = &m.spec;
+            json!({
+                "name": m.metadata.name,
+                "type": s.kind.as_str(),
+                "subaccountId": s.subaccount_id,
+                "serviceId": s.service_id,
+                "tenantId": s.tenant_id,
+                "internalAddress": s.internal_address,
+                "locationIds": s.location_ids.clone().unwrap_or_default(),
+            })
+        })
+        .collect();
+    serde_json::to_string(&entries).unwrap_or_else(|_| "[]".into())
+}
+
+pub(super) fn config_maps(cr: &ConnectivityProxy, ns: &str, resolved: &Resolved, mappings: &[Arc<ServiceMapping>]) -> Vec<Desired> {
+    let port = |name: &str| {
+        cr.spec
+            .proxies()
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, p)| p.port)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let host = format!("{}.{ns}.svc.cluster.local", names::SERVICE);
+    vec![
+        object(
+            cr,
+            Kind::ConfigMap,
+            Some(ns),
+            names::CONFIGMAP_CONFIG,
+            json!({"data": {names::CONFIGMAP_CONFIG_KEY: render_config(cr, resolved)}}),
+        ),
+        object(
+            cr,
+            Kind::ConfigMap,
+            Some(ns),
+            names::CONFIGMAP_INFO,
+            json!({"data": {
+                "onpremise_proxy_host": host,
+                "onpremise_proxy_http_port": port("http"),
+                "onpremise_proxy_ldap_port": port("rfcAndLdap"),
+                "onpremise_proxy_port": port("http"),
+                "onpremise_proxy_rfc_port": port("rfcAndLdap"),
+                "onpremise_socks5_proxy_port": port("socks5"),
+            }}),
+        ),
+        object(
+            cr,
+            Kind::ConfigMap,
+            Some(ns),
+            names::CONFIGMAP_SERVICE_MAPPINGS,
+            json!({"data": {names::CONFIGMAP_SERVICE_MAPPINGS_KEY: service_mappings_json(mappings)}}),
+        ),
+    ]
+}

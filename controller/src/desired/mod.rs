@@ -1,0 +1,152 @@
+//! Desired state: a pure function of the CR and the cluster facts, producing the objects to apply.
+//! Applying them is `crate::apply`'s job.
+
+mod config;
+mod istio;
+mod resolve;
+mod workload;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use cp_api::{ConnectivityProxy, ServiceMapping, names};
+use kube::ResourceExt;
+use kube::api::ApiResource;
+use serde_json::{Value, json};
+
+pub use config::{render_config, service_mappings_json};
+pub use resolve::{ClusterFacts, ConfigProblem, Resolved, resolve};
+
+/// Every kind the controller manages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    ConfigMap,
+    Secret,
+    Service,
+    StatefulSet,
+    PriorityClass,
+    Gateway,
+    VirtualService,
+    DestinationRule,
+    PeerAuthentication,
+}
+
+impl Kind {
+    /// All managed kinds, in apply order.
+    pub const ALL: [Kind; 9] = [
+        Kind::PriorityClass,
+        Kind::ConfigMap,
+        Kind::Secret,
+        Kind::Service,
+        Kind::StatefulSet,
+        Kind::Gateway,
+        Kind::VirtualService,
+        Kind::DestinationRule,
+        Kind::PeerAuthentication,
+    ];
+
+    /// Group, version, kind and plural.
+    pub fn api_resource(self) -> ApiResource {
+        let (group, version, kind, plural) = match self {
+            Kind::ConfigMap => ("", "v1", "ConfigMap", "configmaps"),
+            Kind::Secret => ("", "v1", "Secret", "secrets"),
+            Kind::Service => ("", "v1", "Service", "services"),
+            Kind::StatefulSet => ("apps", "v1", "StatefulSet", "statefulsets"),
+            Kind::PriorityClass => ("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses"),
+            Kind::Gateway => ("networking.istio.io", "v1", "Gateway", "gateways"),
+            Kind::VirtualService => ("networking.istio.io", "v1", "VirtualService", "virtualservices"),
+            Kind::DestinationRule => ("networking.istio.io", "v1", "DestinationRule", "destinationrules"),
+            Kind::PeerAuthentication => ("security.istio.io", "v1", "PeerAuthentication", "peerauthentications"),
+        };
+        let api_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+        ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version,
+            kind: kind.into(),
+            plural: plural.into(),
+        }
+    }
+
+    /// Whether objects of this kind live in a namespace.
+    pub fn namespaced(self) -> bool {
+        !matches!(self, Kind::PriorityClass)
+    }
+
+    /// Whether this kind comes from Istio's CRDs.
+    pub fn istio(self) -> bool {
+        matches!(self, Kind::Gateway | Kind::VirtualService | Kind::DestinationRule | Kind::PeerAuthentication)
+    }
+}
+
+/// One object to apply.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Desired {
+    /// Its kind.
+    pub kind: Kind,
+    /// Namespace (`None` for cluster-scoped objects).
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+    /// The full object (apiVersion, kind, metadata, ...) as applied with server-side apply.
+    pub body: Value,
+}
+
+/// Builds one desired object with the managed labels, the owner labels and, for objects in the CR's
+/// namespace, an owner reference to the CR.
+pub(crate) fn object(cr: &ConnectivityProxy, kind: Kind, namespace: Option<&str>, name: &str, mut rest: Value) -> Desired {
+    let ar = kind.api_resource();
+    let mut labels: BTreeMap<String, String> = names::managed_labels();
+    labels.insert(names::LABEL_OWNER_NAME.into(), cr.name_any());
+    labels.insert(names::LABEL_OWNER_NAMESPACE.into(), cr.namespace().unwrap_or_default());
+    let mut metadata = json!({"name": name, "labels": labels});
+    if let Some(ns) = namespace {
+        metadata["namespace"] = json!(ns);
+        if Some(ns) == cr.namespace().as_deref() {
+            metadata["ownerReferences"] = json!([{
+                "apiVersion": "connectivityproxy.sap.com/v1",
+                "kind": "ConnectivityProxy",
+                "name": cr.name_any(),
+                "uid": cr.uid().unwrap_or_default(),
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }]);
+        }
+    }
+    if let Some(extra) = rest.get("metadata").and_then(Value::as_object).cloned() {
+        for (k, v) in extra {
+            match (metadata.get_mut(&k), v) {
+                (Some(Value::Object(m)), Value::Object(add)) => m.extend(add),
+                (_, v) => metadata[k] = v,
+            }
+        }
+    }
+    if let Some(obj) = rest.as_object_mut() {
+        obj.insert("apiVersion".into(), json!(ar.api_version));
+        obj.insert("kind".into(), json!(ar.kind));
+        obj.insert("metadata".into(), metadata);
+    }
+    Desired {
+        kind,
+        namespace: namespace.map(String::from),
+        name: name.into(),
+        body: rest,
+    }
+}
+
+/// Everything the controller applies for `cr`, given the resolved values. Istio objects are left
+/// out when `istio` is false (the caller reports the missing dependency instead).
+pub fn desired(cr: &ConnectivityProxy, resolved: &Resolved, mappings: &[std::sync::Arc<ServiceMapping>]) -> Vec<Desired> {
+    let ns = cr.namespace().unwrap_or_else(|| names::KYMA_SYSTEM.into());
+    let mut out = Vec::new();
+    out.push(workload::priority_class(cr));
+    out.extend(config::config_maps(cr, &ns, resolved, mappings));
+    out.extend(workload::services(cr, &ns));
+    out.push(workload::stateful_set(cr, &ns, resolved));
+    if cr.spec.ingress_class() == "istio" {
+        out.extend(istio::objects(cr, &ns, resolved));
+    }
+    out
+}

@@ -1,0 +1,47 @@
+//! The Connectivity Proxy controller: installs and configures the proxy from the CR and reports an
+//! honest status. `main.rs` wires it up; everything else lives in modules by concern.
+#![forbid(unsafe_code)]
+
+pub mod apply;
+pub mod context;
+pub mod deletion;
+pub mod desired;
+pub mod leader;
+pub mod metrics;
+pub mod reconcile;
+pub mod status;
+
+/// Errors of a reconcile.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("{context}: {source}")]
+    Kube {
+        /// What the controller was doing.
+        context: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// (De)serialisation failed.
+    #[error("serialisation: {0}")]
+    Serde(#[from] serde_json::Error),
+}
+
+impl Error {
+    /// A Kubernetes error with what the controller was doing.
+    pub fn kube(context: impl Into<String>, source: kube::Error) -> Self {
+        Error::Kube {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// Label for the reconcile error metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube { .. } => "kube",
+            Error::Serde(_) => "serde",
+        }
+    }
+}

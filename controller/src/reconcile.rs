@@ -1,0 +1,247 @@
+//! The reconcile loop: one function per step, each returning either progress or the status that
+//! explains why it stopped.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cp_api::{ConnectivityProxy, State, names};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::Error;
+use crate::context::Ctx;
+use crate::desired::{self, ClusterFacts, Kind};
+use crate::status::{self, Computed, Cond, types};
+
+/// Reconciles one CR, recording metrics.
+pub async fn reconcile(cr: Arc<ConnectivityProxy>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let start = Instant::now();
+    let result = if cr.meta().deletion_timestamp.is_some() {
+        crate::deletion::reconcile_deletion(&cr, &ctx).await
+    } else {
+        install(&cr, &ctx).await
+    };
+    let label = match &result {
+        Ok(_) => "success",
+        Err(e) => e.metric_label(),
+    };
+    ctx.metrics.reconciles.with_label_values(&[label]).inc();
+    ctx.metrics
+        .reconcile_duration
+        .with_label_values(&[label])
+        .observe(start.elapsed().as_secs_f64());
+    ctx.metrics.service_mappings.set(ctx.mappings.state().len() as i64);
+    result
+}
+
+/// Requeue with backoff on errors.
+pub fn error_policy(cr: Arc<ConnectivityProxy>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(namespace = cr.namespace().unwrap_or_default(), name = cr.name_any(), error = %err, "reconcile failed");
+    Action::requeue(std::time::Duration::from_secs(5))
+}
+
+/// The CR that is reconciled when several exist: the oldest (then by namespace and name).
+pub fn primary(ctx: &Ctx) -> Option<Arc<ConnectivityProxy>> {
+    ctx.proxies.state().into_iter().min_by(|a, b| {
+        let key = |c: &ConnectivityProxy| {
+            (
+                c.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                c.namespace().unwrap_or_default(),
+                c.name_any(),
+            )
+        };
+        key(a).cmp(&key(b))
+    })
+}
+
+fn same(a: &ConnectivityProxy, b: &ConnectivityProxy) -> bool {
+    a.uid().is_some() && a.uid() == b.uid() || (a.namespace() == b.namespace() && a.name_any() == b.name_any())
+}
+
+async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
+    let resync = Action::requeue(ctx.settings.resync);
+    if let Some(p) = primary(ctx).filter(|p| !same(p, cr)) {
+        let msg = format!(
+            "only one ConnectivityProxy is reconciled per cluster and {}/{} is the active one; delete this one",
+            p.namespace().unwrap_or_default(),
+            p.name_any()
+        );
+        let computed = Computed::blocked(
+            State::Warning,
+            vec![],
+            Cond::failed(types::CONFIGURATION, "DuplicateConnectivityProxy", msg),
+        );
+        status::write(ctx, cr, &computed).await?;
+        return Ok(Action::await_change());
+    }
+    ensure_finalizer(cr, ctx).await?;
+
+    // Dependencies.
+    let mut missing = Vec::new();
+    if cr.spec.ingress_class() == "istio" {
+        missing.extend(ctx.missing_crds(&names::ISTIO_CRDS));
+    }
+    let (key_name, _) = cr.spec.connectivity_secret();
+    let needs_btp = names::is_auto_provision(Some(&key_name));
+    let btp_missing = if needs_btp { ctx.missing_crds(&names::BTP_CRDS) } else { vec![] };
+    if !missing.is_empty() || !btp_missing.is_empty() {
+        let (reason, what) = if !missing.is_empty() {
+            ("IstioCRDsMissing", format!("Istio is not installed: CRDs {} are missing", missing.join(", ")))
+        } else {
+            (
+                "BTPOperatorCRDsMissing",
+                format!(
+                    "the SAP BTP service operator is not installed (CRDs {} are missing) but \
+                     spec.secretConfig.integration.connectivityService.secretName is auto-provision",
+                    btp_missing.join(", ")
+                ),
+            )
+        };
+        let msg = format!("{what}; install it and the Connectivity Proxy is installed within seconds, nothing was applied");
+        let computed = Computed::blocked(State::Warning, vec![], Cond::failed(types::DEPENDENCIES, reason, msg));
+        status::write(ctx, cr, &computed).await?;
+        return Ok(Action::await_change());
+    }
+    let deps = Cond::ok(types::DEPENDENCIES, "DependenciesAvailable", "required CRDs are installed");
+
+    // Configuration.
+    let facts = cluster_facts(ctx).await?;
+    let resolved = match desired::resolve(cr, &facts) {
+        Ok(r) => r,
+        Err(problem) => {
+            let computed = Computed::blocked(
+                problem.state(),
+                vec![deps],
+                Cond::failed(types::CONFIGURATION, problem.reason(), problem.message()),
+            );
+            status::write(ctx, cr, &computed).await?;
+            return Ok(resync);
+        }
+    };
+    let config = Cond::ok(
+        types::CONFIGURATION,
+        "ConfigurationValid",
+        format!("tunnel host {}", resolved.external_host),
+    );
+
+    // Apply.
+    let mappings = ctx.mappings.state();
+    let objects = desired::desired(cr, &resolved, &mappings);
+    if let Err(e) = apply_all(ctx, cr, &objects).await {
+        let computed = Computed::blocked(
+            State::Error,
+            vec![deps, config],
+            Cond::failed(types::INSTALLED, "ApplyFailed", e.to_string()),
+        );
+        status::write(ctx, cr, &computed).await?;
+        return Err(e);
+    }
+    let installed = Cond::ok(types::INSTALLED, "ResourcesApplied", format!("{} objects applied", objects.len()));
+
+    // Readiness.
+    let ns = cr.namespace().unwrap_or_default();
+    let sts = Api::<StatefulSet>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(names::STATEFULSET)
+        .await
+        .map_err(|e| Error::kube("reading the StatefulSet", e))?;
+    let computed = match sts.as_ref().map(statefulset_ready) {
+        Some(Ok(msg)) => Computed {
+            state: State::Ready,
+            description: format!("Connectivity Proxy is ready; tunnel host {}", resolved.external_host),
+            reason: "StatefulSetReady".into(),
+            conditions: vec![deps, config, installed, Cond::ok(types::READY, "StatefulSetReady", msg)],
+        },
+        other => {
+            let msg = match other {
+                Some(Err(m)) => m,
+                _ => "StatefulSet connectivity-proxy does not exist yet".into(),
+            };
+            Computed::blocked(
+                State::Processing,
+                vec![deps, config, installed],
+                Cond::failed(types::READY, "StatefulSetNotReady", msg),
+            )
+        }
+    };
+    status::write(ctx, cr, &computed).await?;
+    Ok(resync)
+}
+
+/// Ready when the controller observed the current spec and every replica is updated and ready.
+pub fn statefulset_ready(sts: &StatefulSet) -> Result<String, String> {
+    let want = sts.spec.replicas.unwrap_or(1);
+    let status = sts.status.clone().unwrap_or_default();
+    let observed = status.observed_generation.unwrap_or(0);
+    let generation = sts.metadata.generation.unwrap_or(0);
+    let ready = status.ready_replicas.unwrap_or(0);
+    let updated = status.updated_replicas.unwrap_or(0);
+    if observed < generation {
+        return Err(format!("StatefulSet generation {generation} not yet observed (observed {observed})"));
+    }
+    if ready < want || updated < want {
+        return Err(format!("{ready}/{want} replicas ready, {updated}/{want} updated"));
+    }
+    Ok(format!("{ready}/{want} replicas ready"))
+}
+
+async fn cluster_facts(ctx: &Ctx) -> Result<ClusterFacts, Error> {
+    let shoot_info = Api::<ConfigMap>::namespaced(ctx.client.clone(), names::SHOOT_INFO_NAMESPACE)
+        .get_opt(names::SHOOT_INFO)
+        .await
+        .map_err(|e| Error::kube("reading ConfigMap kube-system/shoot-info", e))?;
+    Ok(ClusterFacts {
+        cluster_domain: shoot_info.and_then(|c| c.data).and_then(|d| d.get("domain").cloned()),
+        service_mappings: ctx.mappings.state().iter().map(|m| m.name_any()).collect(),
+        binding_subaccount_id: None,
+        binding_subaccount_subdomain: None,
+    })
+}
+
+async fn apply_all(ctx: &Ctx, cr: &ConnectivityProxy, objects: &[desired::Desired]) -> Result<(), Error> {
+    let mut keep = BTreeSet::new();
+    for d in objects {
+        if ctx.applier.ensure(d).await? {
+            ctx.metrics
+                .applies
+                .with_label_values(&[&d.kind.api_resource().kind])
+                .inc();
+            tracing::info!(kind = %d.kind.api_resource().kind, name = %d.name, namespace = d.namespace.as_deref().unwrap_or(""), "applied");
+        }
+        keep.insert((d.kind, d.namespace.clone(), d.name.clone()));
+    }
+    let kinds = available_kinds(ctx);
+    let ns = cr.namespace().unwrap_or_default();
+    let pruned = ctx.applier.prune(&kinds, (&ns, &cr.name_any()), &keep).await?;
+    if pruned > 0 {
+        tracing::info!(pruned, "removed managed objects that are no longer desired");
+    }
+    Ok(())
+}
+
+/// Managed kinds whose API exists in the cluster.
+pub fn available_kinds(ctx: &Ctx) -> Vec<Kind> {
+    let istio = ctx.missing_crds(&names::ISTIO_CRDS).is_empty();
+    Kind::ALL.into_iter().filter(|k| istio || !k.istio()).collect()
+}
+
+async fn ensure_finalizer(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<(), Error> {
+    if cr.finalizers().iter().any(|f| f == names::FINALIZER) {
+        return Ok(());
+    }
+    let api: Api<ConnectivityProxy> = Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default());
+    let patch = if cr.finalizers().is_empty() {
+        json!([{"op": "add", "path": "/metadata/finalizers", "value": [names::FINALIZER]}])
+    } else {
+        json!([{"op": "add", "path": "/metadata/finalizers/-", "value": names::FINALIZER}])
+    };
+    let patch: json_patch::Patch = serde_json::from_value(patch)?;
+    api.patch(&cr.name_any(), &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+        .map_err(|e| Error::kube("adding the finalizer", e))?;
+    Ok(())
+}
