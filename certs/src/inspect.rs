@@ -29,8 +29,10 @@ fn parse_err(what: &'static str, e: impl std::fmt::Display) -> Error {
 
 /// Parses the first certificate of a PEM bundle.
 pub fn inspect(cert_pem: &str) -> Result<CertInfo> {
-    let (_, pem) = parse_x509_pem(cert_pem.as_bytes()).map_err(|e| parse_err("certificate PEM", e))?;
-    let (_, cert) = X509Certificate::from_der(&pem.contents).map_err(|e| parse_err("certificate", e))?;
+    let (_, pem) =
+        parse_x509_pem(cert_pem.as_bytes()).map_err(|e| parse_err("certificate PEM", e))?;
+    let (_, cert) =
+        X509Certificate::from_der(&pem.contents).map_err(|e| parse_err("certificate", e))?;
     let validity = cert.validity();
     let dns_names = cert
         .subject_alternative_name()
@@ -81,8 +83,10 @@ pub fn split_bundle(bundle: &str) -> Vec<String> {
 
 /// Checks that `leaf_pem` is signed by `ca_pem`, is valid at `now` and covers `host`.
 pub fn verify_chain(leaf_pem: &str, ca_pem: &str, host: &str, now: OffsetDateTime) -> Result<()> {
-    let (_, leaf_block) = parse_x509_pem(leaf_pem.as_bytes()).map_err(|e| parse_err("leaf PEM", e))?;
-    let (_, leaf) = X509Certificate::from_der(&leaf_block.contents).map_err(|e| parse_err("leaf", e))?;
+    let (_, leaf_block) =
+        parse_x509_pem(leaf_pem.as_bytes()).map_err(|e| parse_err("leaf PEM", e))?;
+    let (_, leaf) =
+        X509Certificate::from_der(&leaf_block.contents).map_err(|e| parse_err("leaf", e))?;
     let (_, ca_block) = parse_x509_pem(ca_pem.as_bytes()).map_err(|e| parse_err("CA PEM", e))?;
     let (_, ca) = X509Certificate::from_der(&ca_block.contents).map_err(|e| parse_err("CA", e))?;
     leaf.verify_signature(Some(ca.public_key()))
@@ -95,7 +99,10 @@ pub fn verify_chain(leaf_pem: &str, ca_pem: &str, host: &str, now: OffsetDateTim
         )));
     }
     if !info.dns_names.iter().any(|n| n == host) {
-        return Err(Error::Check(format!("leaf does not name {host} (names: {:?})", info.dns_names)));
+        return Err(Error::Check(format!(
+            "leaf does not name {host} (names: {:?})",
+            info.dns_names
+        )));
     }
     Ok(())
 }

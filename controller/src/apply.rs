@@ -27,7 +27,9 @@ pub fn with_hash(d: &Desired) -> Value {
     let mut body = d.body.clone();
     let hash = hash_str(&d.body.to_string());
     if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
-        let ann = meta.entry("annotations").or_insert_with(|| Value::Object(Default::default()));
+        let ann = meta
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Default::default()));
         if let Some(a) = ann.as_object_mut() {
             a.insert(names::ANNOTATION_APPLIED_HASH.into(), Value::String(hash));
         }
@@ -38,22 +40,69 @@ pub fn with_hash(d: &Desired) -> Value {
 /// Whether every field of `desired` has the same value in `live` (extra live fields are fine; empty
 /// desired values match missing ones; resource quantities compare by value).
 pub fn matches(desired: &Value, live: &Value) -> bool {
+    mismatch(desired, live, "").is_none()
+}
+
+/// The first path where `live` differs from `desired`, for the log line that explains an apply.
+pub fn mismatch(desired: &Value, live: &Value, path: &str) -> Option<String> {
+    let differs = || {
+        Some(if path.is_empty() {
+            "/".to_string()
+        } else {
+            path.to_string()
+        })
+    };
     match (desired, live) {
-        (Value::Object(d), Value::Object(l)) => d.iter().all(|(k, dv)| match l.get(k) {
-            Some(lv) => matches(dv, lv),
-            None => is_empty(dv),
+        (Value::Object(d), Value::Object(l)) => d.iter().find_map(|(k, dv)| match l.get(k) {
+            Some(lv) => mismatch(dv, lv, &format!("{path}/{k}")),
+            None if is_empty(dv) => None,
+            None => Some(format!("{path}/{k}")),
         }),
-        (Value::Object(_) | Value::Array(_), Value::Null) => is_empty(desired),
-        (Value::Array(d), Value::Array(l)) => d.len() == l.len() && d.iter().zip(l).all(|(a, b)| matches(a, b)),
-        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
-        (Value::String(a), Value::String(b)) => a == b || quantity(a).is_some_and(|qa| quantity(b) == Some(qa)),
-        (a, b) => a == b,
+        (Value::Object(_) | Value::Array(_), Value::Null) => {
+            if is_empty(desired) {
+                None
+            } else {
+                differs()
+            }
+        }
+        (Value::Array(d), Value::Array(l)) => {
+            if d.len() != l.len() {
+                return differs();
+            }
+            d.iter()
+                .zip(l)
+                .enumerate()
+                .find_map(|(i, (a, b))| mismatch(a, b, &format!("{path}/{i}")))
+        }
+        (Value::Number(a), Value::Number(b)) => {
+            if a.as_f64() == b.as_f64() {
+                None
+            } else {
+                differs()
+            }
+        }
+        (Value::String(a), Value::String(b)) => {
+            if a == b || quantity(a).is_some_and(|qa| quantity(b) == Some(qa)) {
+                None
+            } else {
+                differs()
+            }
+        }
+        (a, b) => {
+            if a == b {
+                None
+            } else {
+                differs()
+            }
+        }
     }
 }
 
+/// Values the API server omits when serialising (`omitempty`): a desired one matches a missing field.
 fn is_empty(v: &Value) -> bool {
     match v {
-        Value::Null => true,
+        Value::Null | Value::Bool(false) => true,
+        Value::String(s) => s.is_empty(),
         Value::Object(o) => o.is_empty(),
         Value::Array(a) => a.is_empty(),
         _ => false,
@@ -101,7 +150,12 @@ impl Applier {
     }
 
     /// Reads the live object.
-    pub async fn get(&self, kind: Kind, namespace: Option<&str>, name: &str) -> Result<Option<DynamicObject>, Error> {
+    pub async fn get(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<DynamicObject>, Error> {
         self.api(kind, namespace)
             .get_opt(name)
             .await
@@ -111,22 +165,36 @@ impl Applier {
     /// Applies `d` unless the live object already matches; returns whether it wrote.
     pub async fn ensure(&self, d: &Desired) -> Result<bool, Error> {
         let body = with_hash(d);
-        if let Some(live) = self.get(d.kind, d.namespace.as_deref(), &d.name).await? {
-            let live = serde_json::to_value(&live).unwrap_or(Value::Null);
-            if matches(&body, &live) {
-                return Ok(false);
+        let live = self.get(d.kind, d.namespace.as_deref(), &d.name).await?;
+        let why = match live {
+            Some(live) => {
+                let live = serde_json::to_value(&live).unwrap_or(Value::Null);
+                match mismatch(&body, &live, "") {
+                    None => return Ok(false),
+                    Some(path) => format!("{path} differs"),
+                }
             }
-        }
+            None => "absent".to_string(),
+        };
+        tracing::info!(kind = %d.kind.api_resource().kind, name = %d.name, why = %why, "applying");
         let what = format!("applying {} {}", d.kind.api_resource().kind, d.name);
         self.api(d.kind, d.namespace.as_deref())
-            .patch(&d.name, &PatchParams::apply(names::FIELD_MANAGER).force(), &Patch::Apply(&body))
+            .patch(
+                &d.name,
+                &PatchParams::apply(names::FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
             .await
             .map_err(|e| Error::kube(what, e))?;
         Ok(true)
     }
 
     /// Every managed object of `kinds` that belongs to the CR `owner` (`namespace/name`).
-    pub async fn owned(&self, kinds: &[Kind], owner: (&str, &str)) -> Result<Vec<(Kind, DynamicObject)>, Error> {
+    pub async fn owned(
+        &self,
+        kinds: &[Kind],
+        owner: (&str, &str),
+    ) -> Result<Vec<(Kind, DynamicObject)>, Error> {
         let selector = format!(
             "{}={},{}={},{}={}",
             names::LABEL_MANAGED_BY,
@@ -149,25 +217,43 @@ impl Applier {
     }
 
     /// Deletes managed objects of `kinds` owned by `owner` that are not in `keep`; returns how many.
-    pub async fn prune(&self, kinds: &[Kind], owner: (&str, &str), keep: &BTreeSet<(Kind, Option<String>, String)>) -> Result<usize, Error> {
+    pub async fn prune(
+        &self,
+        kinds: &[Kind],
+        owner: (&str, &str),
+        keep: &BTreeSet<(Kind, Option<String>, String)>,
+    ) -> Result<usize, Error> {
         let mut deleted = 0;
         for (kind, obj) in self.owned(kinds, owner).await? {
             let key = (kind, obj.namespace(), obj.name_any());
             if keep.contains(&key) {
                 continue;
             }
-            self.delete(kind, obj.namespace().as_deref(), &obj.name_any()).await?;
+            self.delete(kind, obj.namespace().as_deref(), &obj.name_any())
+                .await?;
             deleted += 1;
         }
         Ok(deleted)
     }
 
     /// Deletes one object (absent is fine).
-    pub async fn delete(&self, kind: Kind, namespace: Option<&str>, name: &str) -> Result<(), Error> {
-        match self.api(kind, namespace).delete(name, &DeleteParams::background()).await {
+    pub async fn delete(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(), Error> {
+        match self
+            .api(kind, namespace)
+            .delete(name, &DeleteParams::background())
+            .await
+        {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(Error::kube(format!("deleting {} {name}", kind.api_resource().kind), e)),
+            Err(e) => Err(Error::kube(
+                format!("deleting {} {name}", kind.api_resource().kind),
+                e,
+            )),
         }
     }
 }
@@ -180,10 +266,20 @@ mod tests {
     #[test]
     fn subset_match_ignores_server_defaults_and_normalises_quantities() {
         let desired = json!({"spec": {"replicas": 1, "res": {"cpu": "1000m", "memory": "256M"}, "empty": {}}});
-        let live = json!({"spec": {"replicas": 1, "res": {"cpu": "1", "memory": "256M"}, "extra": true}});
+        let live =
+            json!({"spec": {"replicas": 1, "res": {"cpu": "1", "memory": "256M"}, "extra": true}});
         assert!(matches(&desired, &live));
         assert!(!matches(&json!({"spec": {"replicas": 2}}), &live));
         assert!(!matches(&json!({"a": [1, 2]}), &json!({"a": [1]})));
+        assert!(
+            matches(&json!({"globalDefault": false}), &json!({})),
+            "omitempty false"
+        );
+        assert!(!matches(&json!({"globalDefault": true}), &json!({})));
+        assert_eq!(
+            mismatch(&json!({"a": {"b": 1}}), &json!({"a": {"b": 2}}), ""),
+            Some("/a/b".into())
+        );
     }
 
     #[test]

@@ -50,7 +50,10 @@ impl Ctx {
                     c.status
                         .as_ref()
                         .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+                        .is_some_and(|cs| {
+                            cs.iter()
+                                .any(|c| c.type_ == "Established" && c.status == "True")
+                        })
                 })
             })
             .map(|n| n.to_string())

@@ -2,9 +2,9 @@
 //! and cluster scope is removed, then the finalizer.
 
 use cp_api::{ConnectivityProxy, State, names};
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::ResourceExt;
 use serde_json::json;
 
 use crate::Error;
@@ -24,7 +24,12 @@ pub async fn reconcile_deletion(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Act
     if !mappings.is_empty() {
         mappings.sort();
         let more = mappings.len().saturating_sub(LIST_AT_MOST);
-        let mut listed = mappings.iter().take(LIST_AT_MOST).cloned().collect::<Vec<_>>().join(", ");
+        let mut listed = mappings
+            .iter()
+            .take(LIST_AT_MOST)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
         if more > 0 {
             listed.push_str(&format!(" and {more} more"));
         }
@@ -42,15 +47,30 @@ pub async fn reconcile_deletion(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Act
     let computed = Computed::blocked(
         State::Deleting,
         vec![],
-        Cond::failed(types::INSTALLED, "Deleting", "removing every managed object"),
+        Cond::failed(
+            types::INSTALLED,
+            "Deleting",
+            "removing every managed object",
+        ),
     );
     status::write(ctx, cr, &computed).await?;
     let ns = cr.namespace().unwrap_or_default();
     let name = cr.name_any();
-    for (kind, obj) in ctx.applier.owned(&available_kinds(ctx), (&ns, &name)).await? {
-        ctx.applier.delete(kind, obj.namespace().as_deref(), &obj.name_any()).await?;
+    for (kind, obj) in ctx
+        .applier
+        .owned(&available_kinds(ctx), (&ns, &name))
+        .await?
+    {
+        ctx.applier
+            .delete(kind, obj.namespace().as_deref(), &obj.name_any())
+            .await?;
     }
-    let remaining: Vec<String> = cr.finalizers().iter().filter(|f| *f != names::FINALIZER).cloned().collect();
+    let remaining: Vec<String> = cr
+        .finalizers()
+        .iter()
+        .filter(|f| *f != names::FINALIZER)
+        .cloned()
+        .collect();
     let patch: json_patch::Patch = serde_json::from_value(json!([
         {"op": "test", "path": "/metadata/finalizers", "value": cr.finalizers()},
         {"op": "replace", "path": "/metadata/finalizers", "value": remaining},

@@ -6,8 +6,8 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, ObjectMeta, PostParams};
 use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
 
 /// Lease settings.
 #[derive(Clone, Debug)]
@@ -60,23 +60,33 @@ async fn try_acquire(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<Attempt, kub
         Some(mut lease) => {
             let spec = lease.spec.clone().unwrap_or_default();
             let holder = spec.holder_identity.clone().unwrap_or_default();
-            let renewed = spec.renew_time.map(|t| t.0).unwrap_or(Timestamp::UNIX_EPOCH);
-            let valid_for = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(secs)));
+            let renewed = spec
+                .renew_time
+                .map(|t| t.0)
+                .unwrap_or(Timestamp::UNIX_EPOCH);
+            let valid_for =
+                SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(secs)));
             let expired = renewed + valid_for < now;
             if holder != cfg.identity && !holder.is_empty() && !expired {
                 return Ok(Attempt::HeldByOther(holder));
             }
-            let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(holder != cfg.identity);
+            let transitions =
+                spec.lease_transitions.unwrap_or(0) + i32::from(holder != cfg.identity);
             lease.spec = Some(LeaseSpec {
                 holder_identity: Some(cfg.identity.clone()),
                 lease_duration_seconds: Some(secs),
-                acquire_time: if holder == cfg.identity { spec.acquire_time } else { Some(MicroTime(now)) },
+                acquire_time: if holder == cfg.identity {
+                    spec.acquire_time
+                } else {
+                    Some(MicroTime(now))
+                },
                 renew_time: Some(MicroTime(now)),
                 lease_transitions: Some(transitions),
                 ..spec
             });
             // `replace` carries the resourceVersion read above: a concurrent writer makes it fail.
-            api.replace(&cfg.name, &PostParams::default(), &lease).await?;
+            api.replace(&cfg.name, &PostParams::default(), &lease)
+                .await?;
             Ok(Attempt::Acquired)
         }
     }
@@ -91,7 +101,9 @@ pub async fn acquire(client: &Client, cfg: &LeaseConfig) {
                 tracing::info!(identity = %cfg.identity, lease = %cfg.name, "became leader");
                 return;
             }
-            Ok(Attempt::HeldByOther(holder)) => tracing::debug!(%holder, "lease held by another replica"),
+            Ok(Attempt::HeldByOther(holder)) => {
+                tracing::debug!(%holder, "lease held by another replica")
+            }
             Err(e) => tracing::debug!(error = %e, "lease acquisition attempt failed"),
         }
         tokio::time::sleep(cfg.renew_every()).await;

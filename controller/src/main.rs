@@ -30,7 +30,11 @@ use kube::{Api, Client};
 #[command(version)]
 struct Args {
     /// Address of the plain-HTTP server for `/metrics`, `/healthz` and `/readyz`.
-    #[arg(long, env = "CP_CONTROLLER_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    #[arg(
+        long,
+        env = "CP_CONTROLLER_METRICS_ADDR",
+        default_value = "0.0.0.0:8080"
+    )]
     metrics_addr: SocketAddr,
     /// Reconcile healthy CRs this often anyway (seconds); a steady state only reads.
     #[arg(long, env = "CP_RESYNC_SECONDS", default_value_t = 600)]
@@ -42,7 +46,11 @@ struct Args {
     #[arg(long, env = "CP_LEASE_NAMESPACE", default_value = "kyma-system")]
     lease_namespace: String,
     /// Name of the leader Lease.
-    #[arg(long, env = "CP_LEASE_NAME", default_value = "connectivity-proxy-operator")]
+    #[arg(
+        long,
+        env = "CP_LEASE_NAME",
+        default_value = "connectivity-proxy-operator"
+    )]
     lease_name: String,
     /// Lease duration in seconds.
     #[arg(long, env = "CP_LEASE_SECONDS", default_value_t = 15)]
@@ -61,11 +69,16 @@ struct Health {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn".into()),
+        )
         .json()
         .init();
     let args = Args::parse();
-    let client = Client::try_default().await.context("building the Kubernetes client")?;
+    let client = Client::try_default()
+        .await
+        .context("building the Kubernetes client")?;
     let metrics = Arc::new(Metrics::new()?);
     let health = Health {
         metrics: metrics.clone(),
@@ -74,7 +87,11 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(serve_health(args.metrics_addr, health.clone()));
 
     let identity = args.identity.clone().unwrap_or_else(|| {
-        format!("{}-{}", std::env::var("HOSTNAME").unwrap_or_else(|_| "cp-controller".into()), std::process::id())
+        format!(
+            "{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "cp-controller".into()),
+            std::process::id()
+        )
     });
     let lease = LeaseConfig {
         namespace: args.lease_namespace.clone(),
@@ -88,10 +105,19 @@ async fn main() -> anyhow::Result<()> {
         metrics.leader.set(1);
     }
 
-    let (crds, crd_stream) = reflected::<CustomResourceDefinition>(Api::all(client.clone()), watcher::Config::default());
-    let (mappings, mapping_stream) = reflected::<ServiceMapping>(Api::all(client.clone()), watcher::Config::default());
-    let managed = watcher::Config::default().labels(&format!("{}={}", names::LABEL_MANAGED_BY, names::MANAGED_BY_VALUE));
-    let controller = Controller::new(Api::<ConnectivityProxy>::all(client.clone()), watcher::Config::default());
+    let (crds, crd_stream) =
+        reflected::<CustomResourceDefinition>(Api::all(client.clone()), watcher::Config::default());
+    let (mappings, mapping_stream) =
+        reflected::<ServiceMapping>(Api::all(client.clone()), watcher::Config::default());
+    let managed = watcher::Config::default().labels(&format!(
+        "{}={}",
+        names::LABEL_MANAGED_BY,
+        names::MANAGED_BY_VALUE
+    ));
+    let controller = Controller::new(
+        Api::<ConnectivityProxy>::all(client.clone()),
+        watcher::Config::default(),
+    );
     let proxies = controller.store();
     let ctx = Arc::new(Ctx {
         client: client.clone(),
@@ -111,8 +137,20 @@ async fn main() -> anyhow::Result<()> {
             resync: Duration::from_secs(args.resync_seconds),
         },
     });
-    let all = |store: Store<ConnectivityProxy>| move || store.state().iter().map(|c| ObjectRef::from_obj(&**c)).collect::<Vec<_>>();
-    let (all_for_crd, all_for_mapping, all_for_shoot) = (all(proxies.clone()), all(proxies.clone()), all(proxies.clone()));
+    let all = |store: Store<ConnectivityProxy>| {
+        move || {
+            store
+                .state()
+                .iter()
+                .map(|c| ObjectRef::from_obj(&**c))
+                .collect::<Vec<_>>()
+        }
+    };
+    let (all_for_crd, all_for_mapping, all_for_shoot) = (
+        all(proxies.clone()),
+        all(proxies.clone()),
+        all(proxies.clone()),
+    );
     let relevant_crd = |name: &str| {
         names::ISTIO_CRDS.contains(&name)
             || names::BTP_CRDS.contains(&name)
@@ -142,7 +180,11 @@ async fn main() -> anyhow::Result<()> {
         .owns(Api::<Service>::all(client.clone()), managed.clone())
         .owns(Api::<ConfigMap>::all(client.clone()), managed)
         .watches_stream(crd_stream, move |crd| {
-            if relevant_crd(crd.metadata.name.as_deref().unwrap_or_default()) { all_for_crd() } else { vec![] }
+            if relevant_crd(crd.metadata.name.as_deref().unwrap_or_default()) {
+                all_for_crd()
+            } else {
+                vec![]
+            }
         })
         .watches_stream(mapping_stream, move |_| all_for_mapping())
         .watches_stream(shoot_info, move |_| all_for_shoot())
@@ -167,18 +209,35 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn reflected<K>(api: Api<K>, cfg: watcher::Config) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+fn reflected<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+) -> (
+    Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
 where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
     let (store, writer) = reflector::store::<K>();
-    let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff().touched_objects();
+    let stream = reflector::reflector(writer, watcher(api, cfg))
+        .default_backoff()
+        .touched_objects();
     (store, stream)
 }
 
 async fn serve_health(addr: SocketAddr, health: Health) {
     let app = Router::new()
-        .route("/metrics", get(|State(h): State<Health>| async move { h.metrics.render() }))
+        .route(
+            "/metrics",
+            get(|State(h): State<Health>| async move { h.metrics.render() }),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/readyz",
@@ -186,7 +245,10 @@ async fn serve_health(addr: SocketAddr, health: Health) {
                 if h.ready.load(std::sync::atomic::Ordering::SeqCst) {
                     (axum::http::StatusCode::OK, "ok")
                 } else {
-                    (axum::http::StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+                    (
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        "caches not synced",
+                    )
                 }
             }),
         )

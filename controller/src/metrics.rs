@@ -1,7 +1,10 @@
 //! Prometheus metrics of the controller.
 
 use cp_api::State;
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
 
 /// Every metric the controller exports.
 #[derive(Debug)]
@@ -33,35 +36,67 @@ impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
-        let reconciles = IntCounterVec::new(Opts::new("cp_controller_reconcile_total", "Reconciles by result."), &["result"])?;
+        let reconciles = IntCounterVec::new(
+            Opts::new("cp_controller_reconcile_total", "Reconciles by result."),
+            &["result"],
+        )?;
         let reconcile_duration = HistogramVec::new(
-            HistogramOpts::new("cp_controller_reconcile_duration_seconds", "Reconcile duration by result.")
-                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            HistogramOpts::new(
+                "cp_controller_reconcile_duration_seconds",
+                "Reconcile duration by result.",
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
             &["result"],
         )?;
         let state = IntGaugeVec::new(
-            Opts::new("cp_controller_state", "1 for the current state of each ConnectivityProxy."),
+            Opts::new(
+                "cp_controller_state",
+                "1 for the current state of each ConnectivityProxy.",
+            ),
             &["namespace", "name", "state"],
         )?;
         let applies = IntCounterVec::new(
-            Opts::new("cp_controller_applied_objects_total", "Server-side applies that changed a managed object, by kind."),
+            Opts::new(
+                "cp_controller_applied_objects_total",
+                "Server-side applies that changed a managed object, by kind.",
+            ),
             &["kind"],
         )?;
-        let service_mappings = IntGauge::new("cp_controller_service_mappings", "ServiceMappings in the cluster.")?;
+        let service_mappings = IntGauge::new(
+            "cp_controller_service_mappings",
+            "ServiceMappings in the cluster.",
+        )?;
         let cert_expiry = IntGaugeVec::new(
-            Opts::new("cp_certificate_expiry_timestamp_seconds", "Expiry (Unix time) of each certificate the operator manages."),
+            Opts::new(
+                "cp_certificate_expiry_timestamp_seconds",
+                "Expiry (Unix time) of each certificate the operator manages.",
+            ),
             &["certificate"],
         )?;
         let cert_rotations = IntCounterVec::new(
-            Opts::new("cp_certificate_rotations_total", "Certificates issued or renewed, by certificate."),
+            Opts::new(
+                "cp_certificate_rotations_total",
+                "Certificates issued or renewed, by certificate.",
+            ),
             &["certificate"],
         )?;
         let cert_failures = IntCounterVec::new(
-            Opts::new("cp_certificate_failures_total", "Failed certificate issuances or renewals, by certificate."),
+            Opts::new(
+                "cp_certificate_failures_total",
+                "Failed certificate issuances or renewals, by certificate.",
+            ),
             &["certificate"],
         )?;
-        let leader = IntGauge::new("cp_controller_leader", "1 while this replica holds the leader lease.")?;
-        let build_info = IntGaugeVec::new(Opts::new("cp_build_info", "Build information."), &["component", "version"])?;
+        let leader = IntGauge::new(
+            "cp_controller_leader",
+            "1 while this replica holds the leader lease.",
+        )?;
+        let build_info = IntGaugeVec::new(
+            Opts::new("cp_build_info", "Build information."),
+            &["component", "version"],
+        )?;
         for c in [
             Box::new(reconciles.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(reconcile_duration.clone()),
@@ -76,7 +111,9 @@ impl Metrics {
         ] {
             registry.register(c)?;
         }
-        build_info.with_label_values(&["controller", env!("CARGO_PKG_VERSION")]).set(1);
+        build_info
+            .with_label_values(&["controller", env!("CARGO_PKG_VERSION")])
+            .set(1);
         Ok(Self {
             registry,
             reconciles,
@@ -104,14 +141,19 @@ impl Metrics {
     /// Drops the series of a deleted CR.
     pub fn forget(&self, namespace: &str, name: &str) {
         for s in State::ALL {
-            let _ = self.state.remove_label_values(&[namespace, name, s.as_str()]);
+            let _ = self
+                .state
+                .remove_label_values(&[namespace, name, s.as_str()]);
         }
     }
 
     /// The text exposition format.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
-        if TextEncoder::new().encode(&self.registry.gather(), &mut buf).is_err() {
+        if TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .is_err()
+        {
             return String::new();
         }
         String::from_utf8(buf).unwrap_or_default()

@@ -35,7 +35,9 @@ pub async fn reconcile(cr: Arc<ConnectivityProxy>, ctx: Arc<Ctx>) -> Result<Acti
         .reconcile_duration
         .with_label_values(&[label])
         .observe(start.elapsed().as_secs_f64());
-    ctx.metrics.service_mappings.set(ctx.mappings.state().len() as i64);
+    ctx.metrics
+        .service_mappings
+        .set(ctx.mappings.state().len() as i64);
     result
 }
 
@@ -60,7 +62,8 @@ pub fn primary(ctx: &Ctx) -> Option<Arc<ConnectivityProxy>> {
 }
 
 fn same(a: &ConnectivityProxy, b: &ConnectivityProxy) -> bool {
-    a.uid().is_some() && a.uid() == b.uid() || (a.namespace() == b.namespace() && a.name_any() == b.name_any())
+    a.uid().is_some() && a.uid() == b.uid()
+        || (a.namespace() == b.namespace() && a.name_any() == b.name_any())
 }
 
 async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
@@ -88,10 +91,20 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
     }
     let (key_name, _) = cr.spec.connectivity_secret();
     let needs_btp = names::is_auto_provision(Some(&key_name));
-    let btp_missing = if needs_btp { ctx.missing_crds(&names::BTP_CRDS) } else { vec![] };
+    let btp_missing = if needs_btp {
+        ctx.missing_crds(&names::BTP_CRDS)
+    } else {
+        vec![]
+    };
     if !missing.is_empty() || !btp_missing.is_empty() {
         let (reason, what) = if !missing.is_empty() {
-            ("IstioCRDsMissing", format!("Istio is not installed: CRDs {} are missing", missing.join(", ")))
+            (
+                "IstioCRDsMissing",
+                format!(
+                    "Istio is not installed: CRDs {} are missing",
+                    missing.join(", ")
+                ),
+            )
         } else {
             (
                 "BTPOperatorCRDsMissing",
@@ -102,12 +115,22 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
                 ),
             )
         };
-        let msg = format!("{what}; install it and the Connectivity Proxy is installed within seconds, nothing was applied");
-        let computed = Computed::blocked(State::Warning, vec![], Cond::failed(types::DEPENDENCIES, reason, msg));
+        let msg = format!(
+            "{what}; install it and the Connectivity Proxy is installed within seconds, nothing was applied"
+        );
+        let computed = Computed::blocked(
+            State::Warning,
+            vec![],
+            Cond::failed(types::DEPENDENCIES, reason, msg),
+        );
         status::write(ctx, cr, &computed).await?;
         return Ok(Action::await_change());
     }
-    let deps = Cond::ok(types::DEPENDENCIES, "DependenciesAvailable", "required CRDs are installed");
+    let deps = Cond::ok(
+        types::DEPENDENCIES,
+        "DependenciesAvailable",
+        "required CRDs are installed",
+    );
 
     // Configuration.
     let facts = cluster_facts(ctx).await?;
@@ -141,7 +164,11 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         status::write(ctx, cr, &computed).await?;
         return Err(e);
     }
-    let installed = Cond::ok(types::INSTALLED, "ResourcesApplied", format!("{} objects applied", objects.len()));
+    let installed = Cond::ok(
+        types::INSTALLED,
+        "ResourcesApplied",
+        format!("{} objects applied", objects.len()),
+    );
 
     // Readiness.
     let ns = cr.namespace().unwrap_or_default();
@@ -152,9 +179,17 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
     let computed = match sts.as_ref().map(statefulset_ready) {
         Some(Ok(msg)) => Computed {
             state: State::Ready,
-            description: format!("Connectivity Proxy is ready; tunnel host {}", resolved.external_host),
+            description: format!(
+                "Connectivity Proxy is ready; tunnel host {}",
+                resolved.external_host
+            ),
             reason: "StatefulSetReady".into(),
-            conditions: vec![deps, config, installed, Cond::ok(types::READY, "StatefulSetReady", msg)],
+            conditions: vec![
+                deps,
+                config,
+                installed,
+                Cond::ok(types::READY, "StatefulSetReady", msg),
+            ],
         },
         other => {
             let msg = match other {
@@ -181,10 +216,14 @@ pub fn statefulset_ready(sts: &StatefulSet) -> Result<String, String> {
     let ready = status.ready_replicas.unwrap_or(0);
     let updated = status.updated_replicas.unwrap_or(0);
     if observed < generation {
-        return Err(format!("StatefulSet generation {generation} not yet observed (observed {observed})"));
+        return Err(format!(
+            "StatefulSet generation {generation} not yet observed (observed {observed})"
+        ));
     }
     if ready < want || updated < want {
-        return Err(format!("{ready}/{want} replicas ready, {updated}/{want} updated"));
+        return Err(format!(
+            "{ready}/{want} replicas ready, {updated}/{want} updated"
+        ));
     }
     Ok(format!("{ready}/{want} replicas ready"))
 }
@@ -195,14 +234,20 @@ async fn cluster_facts(ctx: &Ctx) -> Result<ClusterFacts, Error> {
         .await
         .map_err(|e| Error::kube("reading ConfigMap kube-system/shoot-info", e))?;
     Ok(ClusterFacts {
-        cluster_domain: shoot_info.and_then(|c| c.data).and_then(|d| d.get("domain").cloned()),
+        cluster_domain: shoot_info
+            .and_then(|c| c.data)
+            .and_then(|d| d.get("domain").cloned()),
         service_mappings: ctx.mappings.state().iter().map(|m| m.name_any()).collect(),
         binding_subaccount_id: None,
         binding_subaccount_subdomain: None,
     })
 }
 
-async fn apply_all(ctx: &Ctx, cr: &ConnectivityProxy, objects: &[desired::Desired]) -> Result<(), Error> {
+async fn apply_all(
+    ctx: &Ctx,
+    cr: &ConnectivityProxy,
+    objects: &[desired::Desired],
+) -> Result<(), Error> {
     let mut keep = BTreeSet::new();
     for d in objects {
         if ctx.applier.ensure(d).await? {
@@ -216,7 +261,10 @@ async fn apply_all(ctx: &Ctx, cr: &ConnectivityProxy, objects: &[desired::Desire
     }
     let kinds = available_kinds(ctx);
     let ns = cr.namespace().unwrap_or_default();
-    let pruned = ctx.applier.prune(&kinds, (&ns, &cr.name_any()), &keep).await?;
+    let pruned = ctx
+        .applier
+        .prune(&kinds, (&ns, &cr.name_any()), &keep)
+        .await?;
     if pruned > 0 {
         tracing::info!(pruned, "removed managed objects that are no longer desired");
     }
@@ -226,22 +274,30 @@ async fn apply_all(ctx: &Ctx, cr: &ConnectivityProxy, objects: &[desired::Desire
 /// Managed kinds whose API exists in the cluster.
 pub fn available_kinds(ctx: &Ctx) -> Vec<Kind> {
     let istio = ctx.missing_crds(&names::ISTIO_CRDS).is_empty();
-    Kind::ALL.into_iter().filter(|k| istio || !k.istio()).collect()
+    Kind::ALL
+        .into_iter()
+        .filter(|k| istio || !k.istio())
+        .collect()
 }
 
 async fn ensure_finalizer(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<(), Error> {
     if cr.finalizers().iter().any(|f| f == names::FINALIZER) {
         return Ok(());
     }
-    let api: Api<ConnectivityProxy> = Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default());
+    let api: Api<ConnectivityProxy> =
+        Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default());
     let patch = if cr.finalizers().is_empty() {
         json!([{"op": "add", "path": "/metadata/finalizers", "value": [names::FINALIZER]}])
     } else {
         json!([{"op": "add", "path": "/metadata/finalizers/-", "value": names::FINALIZER}])
     };
     let patch: json_patch::Patch = serde_json::from_value(patch)?;
-    api.patch(&cr.name_any(), &PatchParams::default(), &Patch::Json::<()>(patch))
-        .await
-        .map_err(|e| Error::kube("adding the finalizer", e))?;
+    api.patch(
+        &cr.name_any(),
+        &PatchParams::default(),
+        &Patch::Json::<()>(patch),
+    )
+    .await
+    .map_err(|e| Error::kube("adding the finalizer", e))?;
     Ok(())
 }

@@ -39,11 +39,21 @@ pub struct Cond {
 impl Cond {
     /// A True condition.
     pub fn ok(type_: &'static str, reason: &str, message: impl Into<String>) -> Self {
-        Self { type_, status: "True", reason: reason.into(), message: message.into() }
+        Self {
+            type_,
+            status: "True",
+            reason: reason.into(),
+            message: message.into(),
+        }
     }
     /// A False condition.
     pub fn failed(type_: &'static str, reason: &str, message: impl Into<String>) -> Self {
-        Self { type_, status: "False", reason: reason.into(), message: message.into() }
+        Self {
+            type_,
+            status: "False",
+            reason: reason.into(),
+            message: message.into(),
+        }
     }
     /// An Unknown condition: not evaluated because an earlier one failed.
     pub fn pending(type_: &'static str, after: &str) -> Self {
@@ -72,7 +82,12 @@ pub struct Computed {
 impl Computed {
     /// A result whose first failing condition is `failed`, with the later types pending.
     pub fn blocked(state: State, passed: Vec<Cond>, failed: Cond) -> Self {
-        let all = [types::DEPENDENCIES, types::CONFIGURATION, types::INSTALLED, types::READY];
+        let all = [
+            types::DEPENDENCIES,
+            types::CONFIGURATION,
+            types::INSTALLED,
+            types::READY,
+        ];
         let mut conditions = passed;
         let failed_type = failed.type_;
         let reason = failed.reason.clone();
@@ -84,7 +99,12 @@ impl Computed {
                 conditions.push(Cond::pending(t, failed_type));
             }
         }
-        Self { state, description, reason, conditions }
+        Self {
+            state,
+            description,
+            reason,
+            conditions,
+        }
     }
 }
 
@@ -147,9 +167,13 @@ pub async fn write(ctx: &Ctx, cr: &ConnectivityProxy, computed: &Computed) -> Re
         "kind": "ConnectivityProxy",
         "status": status,
     });
-    api.patch_status(&name, &PatchParams::apply(names::FIELD_MANAGER).force(), &Patch::Apply(&body))
-        .await
-        .map_err(|e| Error::kube("writing the status", e))?;
+    api.patch_status(
+        &name,
+        &PatchParams::apply(names::FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(|e| Error::kube("writing the status", e))?;
     if old.state != Some(computed.state) {
         let type_ = match computed.state {
             State::Warning | State::Error => EventType::Warning,
@@ -158,7 +182,10 @@ pub async fn write(ctx: &Ctx, cr: &ConnectivityProxy, computed: &Computed) -> Re
         let event = Event {
             type_,
             reason: computed.reason.clone(),
-            note: Some(truncate(&format!("{}: {}", computed.state, computed.description), 1000)),
+            note: Some(truncate(
+                &format!("{}: {}", computed.state, computed.description),
+                1000,
+            )),
             action: "Reconcile".into(),
             secondary: None,
         };

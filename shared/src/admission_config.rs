@@ -3,8 +3,8 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference, ValidatingWebhook,
-    ValidatingWebhookConfiguration, WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use kube::api::ObjectMeta;
 
@@ -92,7 +92,6 @@ pub fn mutating(endpoint: &Endpoint, ca_bundle: Option<&[u8]>) -> MutatingWebhoo
             timeout_seconds: Some(TIMEOUT_SECONDS),
             ..Default::default()
         }]),
-        ..Default::default()
     }
 }
 
@@ -112,7 +111,12 @@ pub fn validating(endpoint: &Endpoint, ca_bundle: Option<&[u8]>) -> ValidatingWe
     ValidatingWebhookConfiguration {
         metadata: meta(names::VALIDATING_WEBHOOK_CONFIG),
         webhooks: Some(vec![
-            hook("validation.connectivityproxy.sap.com", "/validate", "connectivityproxies", "Namespaced"),
+            hook(
+                "validation.connectivityproxy.sap.com",
+                "/validate",
+                "connectivityproxies",
+                "Namespaced",
+            ),
             hook(
                 "servicemapping.validation.connectivityproxy.sap.com",
                 "/validate-servicemapping",
@@ -120,6 +124,5 @@ pub fn validating(endpoint: &Endpoint, ca_bundle: Option<&[u8]>) -> ValidatingWe
                 "Cluster",
             ),
         ]),
-        ..Default::default()
     }
 }

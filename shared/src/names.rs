@@ -93,28 +93,6 @@ pub fn managed_labels() -> std::collections::BTreeMap<String, String> {
     .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn auto_provision_is_case_insensitive() {
-        assert!(is_auto_provision(Some("Auto-Provision")));
-        assert!(is_auto_provision(Some("auto-provision")));
-        assert!(!is_auto_provision(Some("auto")));
-        assert!(!is_auto_provision(None));
-    }
-
-    #[test]
-    fn derived_names() {
-        assert_eq!(
-            tls_secret_name("connectivity-proxy", "kyma-system"),
-            "cp-tls-connectivity-proxy-kyma-system"
-        );
-        assert_eq!(cacert_secret_name("x"), "x-cacert");
-    }
-}
-
 // Admission webhook.
 pub const MUTATING_WEBHOOK_CONFIG: &str = "connectivity-proxy-operator-mutating";
 pub const VALIDATING_WEBHOOK_CONFIG: &str = "connectivity-proxy-operator-validating";
@@ -149,3 +127,25 @@ pub const BTP_CRDS: [&str; 2] = [
 pub const GARDENER_CERT_CRD: &str = "certificates.cert.gardener.cloud";
 /// cert-manager's certificate CRD.
 pub const CERT_MANAGER_CRD: &str = "certificates.cert-manager.io";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_provision_is_case_insensitive() {
+        assert!(is_auto_provision(Some("Auto-Provision")));
+        assert!(is_auto_provision(Some("auto-provision")));
+        assert!(!is_auto_provision(Some("auto")));
+        assert!(!is_auto_provision(None));
+    }
+
+    #[test]
+    fn derived_names() {
+        assert_eq!(
+            tls_secret_name("connectivity-proxy", "kyma-system"),
+            "cp-tls-connectivity-proxy-kyma-system"
+        );
+        assert_eq!(cacert_secret_name("x"), "x-cacert");
+    }
+}

@@ -24,6 +24,33 @@ fn encode(data: &[u8]) -> String {
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
+/// Audit every write (metadata only) so tests can count who wrote what.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [\"RequestReceived\"]
+rules:
+- level: Metadata
+  verbs: [\"create\", \"update\", \"patch\", \"delete\", \"deletecollection\"]
+- level: None
+";
+
+/// One write recorded in the audit log.
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct AuditWrite {
+    /// create, update, patch, delete, ...
+    pub verb: String,
+    /// Who wrote.
+    pub user: String,
+    /// Resource (plural), subresource appended as `resource/sub`.
+    pub resource: String,
+    /// Namespace, if any.
+    pub namespace: String,
+    /// Object name, if any.
+    pub name: String,
+    /// Response code.
+    pub code: i64,
+}
+
 /// Who a client acts as.
 #[derive(Clone, Debug)]
 pub enum Identity {
@@ -95,10 +122,17 @@ impl ControlPlane {
         SHARED
             .get_or_init(|| {
                 // Start on a plain thread: callers are usually inside a tokio runtime.
-                std::thread::spawn(|| ControlPlane::start(Options::default()).map(Arc::new))
-                    .join()
-                    .map_err(|_| "control plane start panicked".to_string())
-                    .and_then(|r| r.map_err(|e| format!("{e:#}")))
+                std::thread::spawn(|| {
+                    let keep_dir = std::env::var_os("CP_KEEP_DIR").is_some();
+                    ControlPlane::start(Options {
+                        keep_dir,
+                        ..Default::default()
+                    })
+                    .map(Arc::new)
+                })
+                .join()
+                .map_err(|_| "control plane start panicked".to_string())
+                .and_then(|r| r.map_err(|e| format!("{e:#}")))
             })
             .clone()
             .map_err(anyhow::Error::msg)
@@ -151,6 +185,7 @@ impl ControlPlane {
         write(&dir, "client-ca.crt", &client_ca.cert_pem)?;
         write(&dir, "sa.key", &sa_key.serialize_pem())?;
         write(&dir, "sa.pub", &sa_key.public_key_pem())?;
+        write(&dir, "audit-policy.yaml", AUDIT_POLICY)?;
 
         let group_leader = start_watchdog(&dir, (!opts.keep_dir).then_some(dir.as_path()))?;
         let mut cp = ControlPlane {
@@ -205,6 +240,9 @@ impl ControlPlane {
                 "--allow-privileged=true".into(),
                 "--enable-priority-and-fairness=false".into(),
                 "--endpoint-reconciler-type=none".into(),
+                format!("--audit-policy-file={}", d("audit-policy.yaml")),
+                format!("--audit-log-path={}", d("audit.log")),
+                "--audit-log-format=json".into(),
                 "--v=1".into(),
             ]),
         )?;
@@ -414,6 +452,55 @@ impl ControlPlane {
         tr.status
             .and_then(|s| s.token)
             .context("TokenRequest without a token")
+    }
+
+    /// Size of the audit log now: pass it to [`ControlPlane::audit_writes_since`].
+    pub fn audit_offset(&self) -> u64 {
+        fs::metadata(self.dir.join("audit.log"))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    }
+
+    /// Writes recorded in the audit log after `offset` (completed requests only).
+    pub fn audit_writes_since(&self, offset: u64) -> anyhow::Result<Vec<AuditWrite>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = fs::File::open(self.dir.join("audit.log"))?;
+        f.seek(SeekFrom::Start(offset))?;
+        let mut text = String::new();
+        f.read_to_string(&mut text)?;
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if v["stage"] != "ResponseComplete" {
+                continue;
+            }
+            let s = |p: &str| {
+                v.pointer(p)
+                    .and_then(|x| x.as_str())
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let sub = s("/objectRef/subresource");
+            let resource = if sub.is_empty() {
+                s("/objectRef/resource")
+            } else {
+                format!("{}/{sub}", s("/objectRef/resource"))
+            };
+            out.push(AuditWrite {
+                verb: s("/verb"),
+                user: s("/user/username"),
+                resource,
+                namespace: s("/objectRef/namespace"),
+                name: s("/objectRef/name"),
+                code: v
+                    .pointer("/responseStatus/code")
+                    .and_then(|c| c.as_i64())
+                    .unwrap_or(0),
+            });
+        }
+        Ok(out)
     }
 
     /// Creates a fresh namespace named after `prefix`.

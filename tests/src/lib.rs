@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod controller;
 pub mod manifest;
 pub mod wait;
 pub mod webhook;

@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::Context;
 use cp_api::admission_config::{self, Endpoint};
 use cp_certs::{Ca, KeyAlgorithm, LeafSpec};
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, Config};
 use time::OffsetDateTime;
@@ -31,7 +33,9 @@ pub struct Webhook {
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
 }
 
 /// Issues a serving certificate for 127.0.0.1 from `ca`, valid from now for `lifetime`.
@@ -49,9 +53,18 @@ pub fn serving_cert(ca: &Ca, lifetime: time::Duration) -> anyhow::Result<cp_cert
 impl Webhook {
     /// Starts the webhook binary in the control plane's process group, waits until it is ready,
     /// and registers both webhook configurations pointing at it. `extra_args` go to the binary.
-    pub async fn start(cp: &ControlPlane, name: &str, extra_args: &[&str]) -> anyhow::Result<Webhook> {
+    pub async fn start(
+        cp: &ControlPlane,
+        name: &str,
+        extra_args: &[&str],
+    ) -> anyhow::Result<Webhook> {
         let now = OffsetDateTime::now_utc() - time::Duration::minutes(1);
-        let ca = Ca::generate("cp-webhook-test-ca", now, now + time::Duration::days(30), KeyAlgorithm::default())?;
+        let ca = Ca::generate(
+            "cp-webhook-test-ca",
+            now,
+            now + time::Duration::days(30),
+            KeyAlgorithm::default(),
+        )?;
         let leaf = serving_cert(&ca, time::Duration::days(30))?;
         let cert_file = cp.dir.join(format!("{name}.crt"));
         let key_file = cp.dir.join(format!("{name}.key"));
@@ -60,7 +73,11 @@ impl Webhook {
         let port = free_port()?;
         let metrics_port = free_port()?;
         let bin = crate::own_bin_dir().join("cp-webhook");
-        anyhow::ensure!(bin.exists(), "{} not found: run `cargo build --workspace --bins` first", bin.display());
+        anyhow::ensure!(
+            bin.exists(),
+            "{} not found: run `cargo build --workspace --bins` first",
+            bin.display()
+        );
         let mut cmd = Command::new(&bin);
         cmd.env("KUBECONFIG", &cp.admin_kubeconfig)
             .env("RUST_LOG", "info")
@@ -101,12 +118,20 @@ impl Webhook {
         let pp = PatchParams::apply(HARNESS_MANAGER).force();
         let m = admission_config::mutating(&endpoint, Some(ca));
         Api::<MutatingWebhookConfiguration>::all(client.clone())
-            .patch(cp_api::names::MUTATING_WEBHOOK_CONFIG, &pp, &Patch::Apply(&m))
+            .patch(
+                cp_api::names::MUTATING_WEBHOOK_CONFIG,
+                &pp,
+                &Patch::Apply(&m),
+            )
             .await
             .context("registering the mutating webhook")?;
         let v = admission_config::validating(&endpoint, Some(ca));
         Api::<ValidatingWebhookConfiguration>::all(client.clone())
-            .patch(cp_api::names::VALIDATING_WEBHOOK_CONFIG, &pp, &Patch::Apply(&v))
+            .patch(
+                cp_api::names::VALIDATING_WEBHOOK_CONFIG,
+                &pp,
+                &Patch::Apply(&v),
+            )
             .await
             .context("registering the validating webhook")?;
         Ok(())
@@ -133,8 +158,10 @@ fn pem_to_der(pem: &str) -> anyhow::Result<Vec<u8>> {
 
 /// A minimal HTTP/1.0 GET over loopback.
 pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
-    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr)).await??;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
+        .await??;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
     let mut buf = Vec::new();
     tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await??;
     let text = String::from_utf8_lossy(&buf).to_string();
@@ -143,6 +170,9 @@ pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .context("no HTTP status line")?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     Ok((code, body))
 }

@@ -24,12 +24,24 @@ impl Caches {
     pub fn start(client: Client) -> Self {
         let (mappings, mw) = reflector::store::<ServiceMapping>();
         let (proxies, pw) = reflector::store::<ConnectivityProxy>();
-        let m_stream = reflector::reflector(mw, watcher(Api::<ServiceMapping>::all(client.clone()), watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
-        let p_stream = reflector::reflector(pw, watcher(Api::<ConnectivityProxy>::all(client), watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
+        let m_stream = reflector::reflector(
+            mw,
+            watcher(
+                Api::<ServiceMapping>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+        )
+        .default_backoff()
+        .touched_objects();
+        let p_stream = reflector::reflector(
+            pw,
+            watcher(
+                Api::<ConnectivityProxy>::all(client),
+                watcher::Config::default(),
+            ),
+        )
+        .default_backoff()
+        .touched_objects();
         tokio::spawn(drain(m_stream.boxed(), "ServiceMapping"));
         tokio::spawn(drain(p_stream.boxed(), "ConnectivityProxy"));
         let synced = Arc::new(AtomicBool::new(false));
@@ -40,7 +52,11 @@ impl Caches {
             s.store(true, Ordering::SeqCst);
             tracing::info!("caches synced");
         });
-        Self { mappings, proxies, synced }
+        Self {
+            mappings,
+            proxies,
+            synced,
+        }
     }
 
     /// Whether both caches have their initial list.
@@ -52,7 +68,11 @@ impl Caches {
     pub fn facts(&self) -> Facts {
         Facts {
             service_mappings: self.mappings.state(),
-            shared_tenant: self.proxies.state().iter().any(|p| p.spec.tenant_mode() == "shared"),
+            shared_tenant: self
+                .proxies
+                .state()
+                .iter()
+                .any(|p| p.spec.tenant_mode() == "shared"),
         }
     }
 }

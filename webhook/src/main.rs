@@ -35,10 +35,18 @@ struct Args {
     #[arg(long, env = "CP_WEBHOOK_TLS_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     tls_reload_interval: Duration,
     /// Serve the certificate of this `kubernetes.io/tls` Secret (`namespace/name`), watched; used when no files are given.
-    #[arg(long, env = "CP_WEBHOOK_TLS_SECRET", default_value = "kyma-system/connectivity-proxy-webhook-cert")]
+    #[arg(
+        long,
+        env = "CP_WEBHOOK_TLS_SECRET",
+        default_value = "kyma-system/connectivity-proxy-webhook-cert"
+    )]
     tls_secret: String,
     /// The operator's ServiceAccount (`namespace/name`): the identity that may change `spec.deployment`.
-    #[arg(long, env = "CP_OPERATOR_SERVICE_ACCOUNT", default_value = "kyma-system/connectivity-proxy-controller")]
+    #[arg(
+        long,
+        env = "CP_OPERATOR_SERVICE_ACCOUNT",
+        default_value = "kyma-system/connectivity-proxy-controller"
+    )]
     operator_service_account: String,
     /// More users that may change `spec.deployment` (comma-separated).
     #[arg(long, env = "CP_PRIVILEGED_USERS", value_delimiter = ',')]
@@ -50,7 +58,9 @@ struct Args {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 2s or 500ms"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 2s or 500ms"))?;
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
         "s" | "" => Ok(Duration::from_secs(n)),
@@ -62,22 +72,36 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .json()
         .init();
     let args = Args::parse();
     let metrics = Arc::new(Metrics::new()?);
-    let client = kube::Client::try_default().await.context("building the Kubernetes client")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("building the Kubernetes client")?;
 
     let (sa_ns, sa_name) = args
         .operator_service_account
         .split_once('/')
         .context("--operator-service-account must be namespace/name")?;
     let mut users = vec![format!("system:serviceaccount:{sa_ns}:{sa_name}")];
-    users.extend(args.privileged_users.iter().filter(|u| !u.is_empty()).cloned());
+    users.extend(
+        args.privileged_users
+            .iter()
+            .filter(|u| !u.is_empty())
+            .cloned(),
+    );
     let privileged = PrivilegedIdentities {
         users,
-        groups: args.privileged_groups.iter().filter(|g| !g.is_empty()).cloned().collect(),
+        groups: args
+            .privileged_groups
+            .iter()
+            .filter(|g| !g.is_empty())
+            .cloned()
+            .collect(),
     };
     tracing::info!(who = %privileged.describe(), "identities that may change spec.deployment");
 
@@ -86,7 +110,13 @@ async fn main() -> anyhow::Result<()> {
             let (c, k) = tls::read_files(cert, key)?;
             let store = Arc::new(CertStore::new(&c, &k)?);
             metrics.observe_cert(&c);
-            tokio::spawn(tls::watch_files(store.clone(), metrics.clone(), cert.clone(), key.clone(), args.tls_reload_interval));
+            tokio::spawn(tls::watch_files(
+                store.clone(),
+                metrics.clone(),
+                cert.clone(),
+                key.clone(),
+                args.tls_reload_interval,
+            ));
             store
         }
         _ => {
@@ -97,7 +127,13 @@ async fn main() -> anyhow::Result<()> {
             let secret = wait_for_secret(&client, ns, name).await?;
             let store = Arc::new(CertStore::new(&secret.0, &secret.1)?);
             metrics.observe_cert(&secret.0);
-            tokio::spawn(tls::watch_secret(store.clone(), metrics.clone(), client.clone(), ns.into(), name.into()));
+            tokio::spawn(tls::watch_secret(
+                store.clone(),
+                metrics.clone(),
+                client.clone(),
+                ns.into(),
+                name.into(),
+            ));
             store
         }
     };
@@ -110,7 +146,10 @@ async fn main() -> anyhow::Result<()> {
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(store)?));
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
-        .map_err(|source| cp_webhook::Error::Bind { addr: args.addr, source })?;
+        .map_err(|source| cp_webhook::Error::Bind {
+            addr: args.addr,
+            source,
+        })?;
     tracing::info!(addr = %args.addr, metrics = %args.metrics_addr, "serving admission requests");
     let metrics_server = serve_plain(args.metrics_addr, metrics_router(state.clone()));
     tokio::select! {
@@ -121,8 +160,13 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_secret(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-    let api: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(client.clone(), ns);
+async fn wait_for_secret(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+    let api: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client.clone(), ns);
     let mut delay = Duration::from_millis(200);
     loop {
         match api.get_opt(name).await {
@@ -131,9 +175,17 @@ async fn wait_for_secret(client: &kube::Client, ns: &str, name: &str) -> anyhow:
                 if let (Some(c), Some(k)) = (data.get("tls.crt"), data.get("tls.key")) {
                     return Ok((c.0.clone(), k.0.clone()));
                 }
-                tracing::info!(ns, name, "serving certificate Secret has no tls.crt/tls.key yet");
+                tracing::info!(
+                    ns,
+                    name,
+                    "serving certificate Secret has no tls.crt/tls.key yet"
+                );
             }
-            Ok(None) => tracing::info!(ns, name, "waiting for the controller to issue the serving certificate Secret"),
+            Ok(None) => tracing::info!(
+                ns,
+                name,
+                "waiting for the controller to issue the serving certificate Secret"
+            ),
             Err(e) => tracing::warn!(error = %e, "reading the serving certificate Secret"),
         }
         tokio::time::sleep(delay).await;

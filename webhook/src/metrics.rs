@@ -1,6 +1,9 @@
 //! Prometheus metrics of the webhook.
 
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
 
 /// Every metric the webhook exports.
 #[derive(Debug)]
@@ -25,15 +28,26 @@ impl Metrics {
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
-            Opts::new("cp_webhook_admission_requests_total", "Admission requests by endpoint, operation and decision."),
+            Opts::new(
+                "cp_webhook_admission_requests_total",
+                "Admission requests by endpoint, operation and decision.",
+            ),
             &["endpoint", "operation", "decision"],
         )?;
         let duration = HistogramVec::new(
-            HistogramOpts::new("cp_webhook_admission_duration_seconds", "Time to answer an admission request.")
-                .buckets(vec![0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5]),
+            HistogramOpts::new(
+                "cp_webhook_admission_duration_seconds",
+                "Time to answer an admission request.",
+            )
+            .buckets(vec![
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5,
+            ]),
             &["endpoint"],
         )?;
-        let cert_reloads = IntCounter::new("cp_webhook_certificate_reloads_total", "Serving certificates swapped in without a restart.")?;
+        let cert_reloads = IntCounter::new(
+            "cp_webhook_certificate_reloads_total",
+            "Serving certificates swapped in without a restart.",
+        )?;
         let cert_reload_failures = IntCounter::new(
             "cp_webhook_certificate_reload_failures_total",
             "New serving certificates that could not be loaded.",
@@ -42,7 +56,10 @@ impl Metrics {
             "cp_webhook_certificate_expiry_timestamp_seconds",
             "Expiry (Unix time) of the serving certificate in use.",
         )?;
-        let build_info = IntGaugeVec::new(Opts::new("cp_build_info", "Build information."), &["component", "version"])?;
+        let build_info = IntGaugeVec::new(
+            Opts::new("cp_build_info", "Build information."),
+            &["component", "version"],
+        )?;
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(duration.clone()),
@@ -53,7 +70,9 @@ impl Metrics {
         ] {
             registry.register(c)?;
         }
-        build_info.with_label_values(&["webhook", env!("CARGO_PKG_VERSION")]).set(1);
+        build_info
+            .with_label_values(&["webhook", env!("CARGO_PKG_VERSION")])
+            .set(1);
         Ok(Self {
             registry,
             requests,
@@ -75,7 +94,10 @@ impl Metrics {
     /// The text exposition format.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
-        if TextEncoder::new().encode(&self.registry.gather(), &mut buf).is_err() {
+        if TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .is_err()
+        {
             return String::new();
         }
         String::from_utf8(buf).unwrap_or_default()

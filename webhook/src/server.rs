@@ -46,7 +46,10 @@ pub fn admission_router(state: AppState) -> Router {
     Router::new()
         .route("/mutate", post(|s, b| handle(Endpoint::Mutate, s, b)))
         .route("/validate", post(|s, b| handle(Endpoint::Validate, s, b)))
-        .route("/validate-servicemapping", post(|s, b| handle(Endpoint::ValidateServiceMapping, s, b)))
+        .route(
+            "/validate-servicemapping",
+            post(|s, b| handle(Endpoint::ValidateServiceMapping, s, b)),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(MAX_BODY))

@@ -40,7 +40,8 @@ impl CertStore {
         }
         let key = certified_key(cert_pem, key_pem)?;
         self.current.store(Arc::new(key));
-        self.loaded.store(Arc::new((cert_pem.to_vec(), key_pem.to_vec())));
+        self.loaded
+            .store(Arc::new((cert_pem.to_vec(), key_pem.to_vec())));
         Ok(true)
     }
 
@@ -67,13 +68,15 @@ fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Error>
     if certs.is_empty() {
         return Err(Error::Tls("certificate PEM holds no certificate".into()));
     }
-    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| Error::Tls(format!("private key PEM: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| Error::Tls(format!("private key PEM: {e}")))?;
     let signing = provider()
         .key_provider
         .load_private_key(key)
         .map_err(|e| Error::Tls(format!("private key: {e}")))?;
     let ck = CertifiedKey::new(certs, signing);
-    ck.keys_match().map_err(|e| Error::Tls(format!("key does not match certificate: {e}")))?;
+    ck.keys_match()
+        .map_err(|e| Error::Tls(format!("key does not match certificate: {e}")))?;
     Ok(ck)
 }
 
@@ -111,8 +114,10 @@ pub enum CertSource {
 
 /// Reads the initial certificate from files.
 pub fn read_files(cert: &PathBuf, key: &PathBuf) -> Result<(Vec<u8>, Vec<u8>), Error> {
-    let c = std::fs::read(cert).map_err(|e| Error::Tls(format!("reading {}: {e}", cert.display())))?;
-    let k = std::fs::read(key).map_err(|e| Error::Tls(format!("reading {}: {e}", key.display())))?;
+    let c =
+        std::fs::read(cert).map_err(|e| Error::Tls(format!("reading {}: {e}", cert.display())))?;
+    let k =
+        std::fs::read(key).map_err(|e| Error::Tls(format!("reading {}: {e}", key.display())))?;
     Ok((c, k))
 }
 
@@ -133,7 +138,13 @@ pub fn apply_update(store: &CertStore, metrics: &Metrics, cert: &[u8], key: &[u8
 }
 
 /// Re-reads certificate files every `interval` and swaps in changes.
-pub async fn watch_files(store: Arc<CertStore>, metrics: Arc<Metrics>, cert: PathBuf, key: PathBuf, interval: Duration) {
+pub async fn watch_files(
+    store: Arc<CertStore>,
+    metrics: Arc<Metrics>,
+    cert: PathBuf,
+    key: PathBuf,
+    interval: Duration,
+) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -146,20 +157,31 @@ pub async fn watch_files(store: Arc<CertStore>, metrics: Arc<Metrics>, cert: Pat
 }
 
 /// Watches a TLS Secret and swaps in changes.
-pub async fn watch_secret(store: Arc<CertStore>, metrics: Arc<Metrics>, client: kube::Client, namespace: String, name: String) {
+pub async fn watch_secret(
+    store: Arc<CertStore>,
+    metrics: Arc<Metrics>,
+    client: kube::Client,
+    namespace: String,
+    name: String,
+) {
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::Secret;
     use kube::runtime::{WatchStreamExt, watcher};
     let api: kube::Api<Secret> = kube::Api::namespaced(client, &namespace);
     let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut stream = watcher(api, cfg).default_backoff().applied_objects().boxed();
+    let mut stream = watcher(api, cfg)
+        .default_backoff()
+        .applied_objects()
+        .boxed();
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(secret) => {
                 let data = secret.data.unwrap_or_default();
                 match (data.get("tls.crt"), data.get("tls.key")) {
                     (Some(c), Some(k)) => apply_update(&store, &metrics, &c.0, &k.0),
-                    _ => tracing::warn!(%namespace, %name, "serving certificate Secret lacks tls.crt or tls.key"),
+                    _ => {
+                        tracing::warn!(%namespace, %name, "serving certificate Secret lacks tls.crt or tls.key")
+                    }
                 }
             }
             Err(e) => tracing::warn!(error = %e, "watching the serving certificate Secret"),

@@ -15,15 +15,29 @@ pub fn render_config(cr: &ConnectivityProxy, resolved: &Resolved) -> String {
     let proxies: serde_json::Map<String, Value> = spec
         .proxies()
         .into_iter()
-        .map(|(name, p)| (name.to_string(), serde_json::to_value(p).unwrap_or(Value::Null)))
+        .map(|(name, p)| {
+            (
+                name.to_string(),
+                serde_json::to_value(p).unwrap_or(Value::Null),
+            )
+        })
         .collect();
     let mut proxy = Value::Object(proxies);
-    if let Some(auth) = spec.config.servers.proxy.as_ref().and_then(|p| p.authorization.as_ref()) {
+    if let Some(auth) = spec
+        .config
+        .servers
+        .proxy
+        .as_ref()
+        .and_then(|p| p.authorization.as_ref())
+    {
         proxy["authorization"] = serde_json::to_value(auth).unwrap_or(Value::Null);
     }
     cfg["servers"]["proxy"] = proxy;
     cfg["servers"]["businessDataTunnel"]["externalHost"] = json!(resolved.external_host);
-    if cfg["servers"]["businessDataTunnel"].get("externalPort").is_none() {
+    if cfg["servers"]["businessDataTunnel"]
+        .get("externalPort")
+        .is_none()
+    {
         cfg["servers"]["businessDataTunnel"]["externalPort"] = json!(443);
     }
     let set_or_remove = |cfg: &mut Value, key: &str, v: &Option<String>| match v {
@@ -33,7 +47,11 @@ pub fn render_config(cr: &ConnectivityProxy, resolved: &Resolved) -> String {
         }
     };
     set_or_remove(&mut cfg, "subaccountId", &resolved.subaccount_id);
-    set_or_remove(&mut cfg, "subaccountSubdomain", &resolved.subaccount_subdomain);
+    set_or_remove(
+        &mut cfg,
+        "subaccountSubdomain",
+        &resolved.subaccount_subdomain,
+    );
     for (key, default) in [
         ("highAvailabilityMode", json!("off")),
         ("tenantMode", json!("dedicated")),
@@ -73,7 +91,12 @@ pub fn service_mappings_json(mappings: &[Arc<ServiceMapping>]) -> String {
     serde_json::to_string(&entries).unwrap_or_else(|_| "[]".into())
 }
 
-pub(super) fn config_maps(cr: &ConnectivityProxy, ns: &str, resolved: &Resolved, mappings: &[Arc<ServiceMapping>]) -> Vec<Desired> {
+pub(super) fn config_maps(
+    cr: &ConnectivityProxy,
+    ns: &str,
+    resolved: &Resolved,
+    mappings: &[Arc<ServiceMapping>],
+) -> Vec<Desired> {
     let port = |name: &str| {
         cr.spec
             .proxies()

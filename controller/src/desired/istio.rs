@@ -13,16 +13,24 @@ pub(super) fn objects(cr: &ConnectivityProxy, ns: &str, resolved: &Resolved) -> 
         .and_then(|i| i.gateway.as_ref())
         .and_then(|g| g.selector.clone())
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| [("istio".to_string(), "ingressgateway".to_string())].into_iter().collect());
+        .unwrap_or_else(|| {
+            [("istio".to_string(), "ingressgateway".to_string())]
+                .into_iter()
+                .collect()
+        });
     let mut tls = json!({
         "mode": "MUTUAL",
         "credentialName": resolved.tls_secret,
         "minProtocolVersion": "TLSV1_2",
     });
-    if let Some(ciphers) = ingress.istio.as_ref().and_then(|i| i.tls.as_ref()).and_then(|t| t.ciphers.clone()) {
-        if !ciphers.is_empty() {
-            tls["cipherSuites"] = json!(ciphers);
-        }
+    if let Some(ciphers) = ingress
+        .istio
+        .as_ref()
+        .and_then(|i| i.tls.as_ref())
+        .and_then(|t| t.ciphers.clone())
+        .filter(|c| !c.is_empty())
+    {
+        tls["cipherSuites"] = json!(ciphers);
     }
     let host = &resolved.external_host;
     let tunnel_host = format!("{}.{ns}.svc.cluster.local", names::SERVICE_TUNNEL);

@@ -54,13 +54,37 @@ impl Kind {
             Kind::Secret => ("", "v1", "Secret", "secrets"),
             Kind::Service => ("", "v1", "Service", "services"),
             Kind::StatefulSet => ("apps", "v1", "StatefulSet", "statefulsets"),
-            Kind::PriorityClass => ("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses"),
+            Kind::PriorityClass => (
+                "scheduling.k8s.io",
+                "v1",
+                "PriorityClass",
+                "priorityclasses",
+            ),
             Kind::Gateway => ("networking.istio.io", "v1", "Gateway", "gateways"),
-            Kind::VirtualService => ("networking.istio.io", "v1", "VirtualService", "virtualservices"),
-            Kind::DestinationRule => ("networking.istio.io", "v1", "DestinationRule", "destinationrules"),
-            Kind::PeerAuthentication => ("security.istio.io", "v1", "PeerAuthentication", "peerauthentications"),
+            Kind::VirtualService => (
+                "networking.istio.io",
+                "v1",
+                "VirtualService",
+                "virtualservices",
+            ),
+            Kind::DestinationRule => (
+                "networking.istio.io",
+                "v1",
+                "DestinationRule",
+                "destinationrules",
+            ),
+            Kind::PeerAuthentication => (
+                "security.istio.io",
+                "v1",
+                "PeerAuthentication",
+                "peerauthentications",
+            ),
         };
-        let api_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+        let api_version = if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        };
         ApiResource {
             group: group.into(),
             version: version.into(),
@@ -77,7 +101,10 @@ impl Kind {
 
     /// Whether this kind comes from Istio's CRDs.
     pub fn istio(self) -> bool {
-        matches!(self, Kind::Gateway | Kind::VirtualService | Kind::DestinationRule | Kind::PeerAuthentication)
+        matches!(
+            self,
+            Kind::Gateway | Kind::VirtualService | Kind::DestinationRule | Kind::PeerAuthentication
+        )
     }
 }
 
@@ -96,11 +123,20 @@ pub struct Desired {
 
 /// Builds one desired object with the managed labels, the owner labels and, for objects in the CR's
 /// namespace, an owner reference to the CR.
-pub(crate) fn object(cr: &ConnectivityProxy, kind: Kind, namespace: Option<&str>, name: &str, mut rest: Value) -> Desired {
+pub(crate) fn object(
+    cr: &ConnectivityProxy,
+    kind: Kind,
+    namespace: Option<&str>,
+    name: &str,
+    mut rest: Value,
+) -> Desired {
     let ar = kind.api_resource();
     let mut labels: BTreeMap<String, String> = names::managed_labels();
     labels.insert(names::LABEL_OWNER_NAME.into(), cr.name_any());
-    labels.insert(names::LABEL_OWNER_NAMESPACE.into(), cr.namespace().unwrap_or_default());
+    labels.insert(
+        names::LABEL_OWNER_NAMESPACE.into(),
+        cr.namespace().unwrap_or_default(),
+    );
     let mut metadata = json!({"name": name, "labels": labels});
     if let Some(ns) = namespace {
         metadata["namespace"] = json!(ns);
@@ -138,7 +174,11 @@ pub(crate) fn object(cr: &ConnectivityProxy, kind: Kind, namespace: Option<&str>
 
 /// Everything the controller applies for `cr`, given the resolved values. Istio objects are left
 /// out when `istio` is false (the caller reports the missing dependency instead).
-pub fn desired(cr: &ConnectivityProxy, resolved: &Resolved, mappings: &[std::sync::Arc<ServiceMapping>]) -> Vec<Desired> {
+pub fn desired(
+    cr: &ConnectivityProxy,
+    resolved: &Resolved,
+    mappings: &[std::sync::Arc<ServiceMapping>],
+) -> Vec<Desired> {
     let ns = cr.namespace().unwrap_or_else(|| names::KYMA_SYSTEM.into());
     let mut out = Vec::new();
     out.push(workload::priority_class(cr));

@@ -116,9 +116,15 @@ pub fn resolve(cr: &ConnectivityProxy, facts: &ClusterFacts) -> Result<Resolved,
         host.trim().to_string()
     };
     if external_host.len() > MAX_HOST_LEN {
-        return Err(ConfigProblem::ExternalHostTooLong { host: external_host });
+        return Err(ConfigProblem::ExternalHostTooLong {
+            host: external_host,
+        });
     }
-    let tls_name = spec.ingress.as_ref().and_then(|i| i.tls.as_ref()).map(|t| t.secret_name.clone());
+    let tls_name = spec
+        .ingress
+        .as_ref()
+        .and_then(|i| i.tls.as_ref())
+        .map(|t| t.secret_name.clone());
     let tls_auto = names::is_auto_provision(tls_name.as_deref());
     let tls_secret = if tls_auto {
         names::tls_secret_name(&cr_name, &cr_ns)
@@ -133,7 +139,11 @@ pub fn resolve(cr: &ConnectivityProxy, facts: &ClusterFacts) -> Result<Resolved,
         .unwrap_or_else(|| names::ISTIO_NAMESPACE.into());
     let (key_name, _) = spec.connectivity_secret();
     let service_key_auto = names::is_auto_provision(Some(&key_name));
-    let service_key_secret = if service_key_auto { names::SECRET_SERVICE_KEY.to_string() } else { key_name };
+    let service_key_secret = if service_key_auto {
+        names::SECRET_SERVICE_KEY.to_string()
+    } else {
+        key_name
+    };
     let pick = |value: &Option<String>, from_binding: &Option<String>| match value {
         Some(v) if names::is_auto_provision(Some(v)) => from_binding.clone(),
         other => other.clone(),
@@ -146,6 +156,9 @@ pub fn resolve(cr: &ConnectivityProxy, facts: &ClusterFacts) -> Result<Resolved,
         service_key_secret,
         service_key_auto,
         subaccount_id: pick(&spec.config.subaccount_id, &facts.binding_subaccount_id),
-        subaccount_subdomain: pick(&spec.config.subaccount_subdomain, &facts.binding_subaccount_subdomain),
+        subaccount_subdomain: pick(
+            &spec.config.subaccount_subdomain,
+            &facts.binding_subaccount_subdomain,
+        ),
     })
 }

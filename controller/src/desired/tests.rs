@@ -28,11 +28,18 @@ fn default_spec() -> serde_json::Value {
 }
 
 fn facts(domain: &str) -> ClusterFacts {
-    ClusterFacts { cluster_domain: Some(domain.into()), ..Default::default() }
+    ClusterFacts {
+        cluster_domain: Some(domain.into()),
+        ..Default::default()
+    }
 }
 
 fn find<'a>(objs: &'a [Desired], kind: Kind, name: &str) -> &'a serde_json::Value {
-    &objs.iter().find(|d| d.kind == kind && d.name == name).unwrap_or_else(|| panic!("{kind:?} {name} missing")).body
+    &objs
+        .iter()
+        .find(|d| d.kind == kind && d.name == name)
+        .unwrap_or_else(|| panic!("{kind:?} {name} missing"))
+        .body
 }
 
 #[test]
@@ -43,13 +50,19 @@ fn default_cr_resolves_host_and_secrets() {
     assert_eq!(r.tls_secret, "cp-tls-connectivity-proxy-kyma-system");
     assert_eq!(r.istio_namespace, "istio-system");
     assert!(r.service_key_auto && r.tls_auto);
-    assert_eq!(r.subaccount_id, None, "auto-provisioned subaccount waits for the binding");
+    assert_eq!(
+        r.subaccount_id, None,
+        "auto-provisioned subaccount waits for the binding"
+    );
 }
 
 #[test]
 fn host_errors_are_clear() {
     let c = cr(default_spec());
-    assert_eq!(resolve(&c, &ClusterFacts::default()), Err(ConfigProblem::ExternalHostUnresolved));
+    assert_eq!(
+        resolve(&c, &ClusterFacts::default()),
+        Err(ConfigProblem::ExternalHostUnresolved)
+    );
     let long = format!("{}.example.com", "x".repeat(60));
     let err = resolve(&c, &facts(&long)).expect_err("too long");
     assert_eq!(err.reason(), "ExternalHostTooLong");
@@ -70,7 +83,11 @@ fn every_object_is_labelled_and_owned() {
     }
     for d in &objs {
         let labels = &d.body["metadata"]["labels"];
-        assert_eq!(labels["app.kubernetes.io/managed-by"], "connectivity-proxy-operator", "{}", d.name);
+        assert_eq!(
+            labels["app.kubernetes.io/managed-by"], "connectivity-proxy-operator",
+            "{}",
+            d.name
+        );
         assert_eq!(labels["kyma-project.io/module"], "connectivity-proxy");
         if d.namespace.as_deref() == Some("kyma-system") {
             assert_eq!(d.body["metadata"]["ownerReferences"][0]["uid"], "u-1");
@@ -79,41 +96,75 @@ fn every_object_is_labelled_and_owned() {
     let gw = find(&objs, Kind::Gateway, "connectivity-proxy-tunnel");
     assert_eq!(gw["spec"]["servers"][0]["hosts"][0], "cp.d.example.com");
     assert_eq!(gw["spec"]["servers"][0]["tls"]["mode"], "MUTUAL");
-    assert_eq!(gw["spec"]["servers"][0]["tls"]["minProtocolVersion"], "TLSV1_2");
-    assert_eq!(gw["spec"]["servers"][0]["tls"]["credentialName"], "cp-tls-connectivity-proxy-kyma-system");
+    assert_eq!(
+        gw["spec"]["servers"][0]["tls"]["minProtocolVersion"],
+        "TLSV1_2"
+    );
+    assert_eq!(
+        gw["spec"]["servers"][0]["tls"]["credentialName"],
+        "cp-tls-connectivity-proxy-kyma-system"
+    );
     let sts = find(&objs, Kind::StatefulSet, "connectivity-proxy");
-    assert_eq!(sts["spec"]["template"]["spec"]["containers"][0]["image"], "docker.io/sapse/connectivity-proxy:2.11.0");
-    assert_eq!(sts["spec"]["template"]["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(
+        sts["spec"]["template"]["spec"]["containers"][0]["image"],
+        "docker.io/sapse/connectivity-proxy:2.11.0"
+    );
+    assert_eq!(
+        sts["spec"]["template"]["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
     let info = find(&objs, Kind::ConfigMap, "connectivity-proxy-info");
     assert_eq!(info["data"]["onpremise_proxy_http_port"], "20003");
     assert_eq!(info["data"]["onpremise_socks5_proxy_port"], "20004");
-    assert_eq!(info["data"]["onpremise_proxy_host"], "connectivity-proxy.kyma-system.svc.cluster.local");
-    let cfg = find(&objs, Kind::ConfigMap, "connectivity-proxy")["data"]["connectivity-proxy-config.yml"].as_str().unwrap_or("").to_string();
+    assert_eq!(
+        info["data"]["onpremise_proxy_host"],
+        "connectivity-proxy.kyma-system.svc.cluster.local"
+    );
+    let cfg =
+        find(&objs, Kind::ConfigMap, "connectivity-proxy")["data"]["connectivity-proxy-config.yml"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
     assert!(cfg.contains("externalHost: cp.d.example.com"), "{cfg}");
-    assert!(!cfg.to_lowercase().contains("auto-provision"), "auto-provision leaked into the config: {cfg}");
+    assert!(
+        !cfg.to_lowercase().contains("auto-provision"),
+        "auto-provision leaked into the config: {cfg}"
+    );
 }
 
 #[test]
 fn disabled_proxy_has_no_port_and_changed_port_propagates() {
     let mut spec = default_spec();
-    spec["config"]["servers"]["proxy"] = json!({"socks5": {"enabled": false}, "http": {"port": 21000}});
+    spec["config"]["servers"]["proxy"] =
+        json!({"socks5": {"enabled": false}, "http": {"port": 21000}});
     let c = cr(spec);
     let r = resolve(&c, &facts("d.example.com")).expect("resolves");
     let objs = desired(&c, &r, &[]);
     let svc = find(&objs, Kind::Service, "connectivity-proxy");
-    let ports: Vec<i64> = svc["spec"]["ports"].as_array().into_iter().flatten().filter_map(|p| p["port"].as_i64()).collect();
+    let ports: Vec<i64> = svc["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["port"].as_i64())
+        .collect();
     assert_eq!(ports, vec![21000, 20001]);
-    assert_eq!(find(&objs, Kind::ConfigMap, "connectivity-proxy-info")["data"]["onpremise_proxy_http_port"], "21000");
+    assert_eq!(
+        find(&objs, Kind::ConfigMap, "connectivity-proxy-info")["data"]["onpremise_proxy_http_port"],
+        "21000"
+    );
 }
 
 #[test]
 fn service_mappings_json_is_deterministic() {
     let m = |name: &str| -> Arc<cp_api::ServiceMapping> {
-        Arc::new(serde_json::from_value(json!({
-            "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
-            "metadata": {"name": name},
-            "spec": {"type": "TCP", "serviceId": name, "internalAddress": "a:1"}
-        })).expect("mapping"))
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+                "metadata": {"name": name},
+                "spec": {"type": "TCP", "serviceId": name, "internalAddress": "a:1"}
+            }))
+            .expect("mapping"),
+        )
     };
     let a = service_mappings_json(&[m("b"), m("a")]);
     let b = service_mappings_json(&[m("a"), m("b")]);

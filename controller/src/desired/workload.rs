@@ -64,7 +64,13 @@ pub(super) fn services(cr: &ConnectivityProxy, ns: &str) -> Vec<Desired> {
         .collect();
     let tunnel = |name: &str| json!([{"name": name, "port": names::TUNNEL_PORT, "targetPort": names::TUNNEL_PORT, "protocol": "TCP"}]);
     vec![
-        object(cr, Kind::Service, Some(ns), names::SERVICE, json!({"spec": {"selector": {"app": APP}, "ports": ports}})),
+        object(
+            cr,
+            Kind::Service,
+            Some(ns),
+            names::SERVICE,
+            json!({"spec": {"selector": {"app": APP}, "ports": ports}}),
+        ),
         object(
             cr,
             Kind::Service,
@@ -88,14 +94,17 @@ pub(super) fn stateful_set(cr: &ConnectivityProxy, ns: &str, resolved: &Resolved
     let utility = d.utility_image.clone().unwrap_or_default();
     let resources = d.resources.clone().unwrap_or_default();
     let fd = resources.max_file_descriptor_count.unwrap_or(64000);
-    let mut container_ports = vec![json!({"name": "tunnel", "containerPort": names::TUNNEL_PORT, "protocol": "TCP"})];
+    let mut container_ports =
+        vec![json!({"name": "tunnel", "containerPort": names::TUNNEL_PORT, "protocol": "TCP"})];
     container_ports.extend(
         proxy_ports(cr)
             .into_iter()
             .map(|(name, port)| json!({"name": name.chars().take(15).collect::<String>(), "containerPort": port, "protocol": "TCP"})),
     );
     let quantities = |q: &Option<cp_api::cp::CpuMemory>| {
-        q.as_ref().map(|q| json!({"cpu": q.cpu, "memory": q.memory})).unwrap_or(json!({}))
+        q.as_ref()
+            .map(|q| json!({"cpu": q.cpu, "memory": q.memory}))
+            .unwrap_or(json!({}))
     };
     let restricted = json!({
         "allowPrivilegeEscalation": false,
@@ -103,15 +112,13 @@ pub(super) fn stateful_set(cr: &ConnectivityProxy, ns: &str, resolved: &Resolved
         "runAsNonRoot": true,
         "seccompProfile": {"type": "RuntimeDefault"},
     });
-    let (_, auditlog) = (
-        (),
-        cr.spec
-            .secret_config
-            .as_ref()
-            .and_then(|s| s.integration.as_ref())
-            .and_then(|i| i.auditlog_service.as_ref())
-            .map(|a| a.secret_name.clone()),
-    );
+    let auditlog = cr
+        .spec
+        .secret_config
+        .as_ref()
+        .and_then(|s| s.integration.as_ref())
+        .and_then(|i| i.auditlog_service.as_ref())
+        .map(|a| a.secret_name.clone());
     let mut secret_sources = vec![json!({"secret": {"name": resolved.service_key_secret}})];
     if let Some(a) = auditlog.filter(|a| !a.is_empty()) {
         secret_sources.push(json!({"secret": {"name": a, "optional": true}}));

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use cp_tests::ControlPlane;
 use cp_tests::manifest;
+use cp_tests::webhook::Webhook;
 use kube::Client;
 use serde_json::Value;
 use tokio::sync::OnceCell;
-use cp_tests::webhook::Webhook;
 
 /// The shared control plane.
 pub fn control_plane() -> Arc<ControlPlane> {
@@ -72,7 +72,9 @@ pub async fn webhook() -> &'static Webhook {
             let cp = control_plane();
             let client = cp.admin().await.expect("admin");
             install_our_crds(&client).await;
-            manifest::apply_yaml(&client, EDITOR_RBAC, None).await.expect("editor RBAC");
+            manifest::apply_yaml(&client, EDITOR_RBAC, None)
+                .await
+                .expect("editor RBAC");
             let wh = Webhook::start(&cp, "cp-webhook", &["--privileged-groups=system:masters"])
                 .await
                 .expect("webhook starts");
@@ -113,29 +115,40 @@ subjects:
 async fn wait_admission_active(client: &Client) {
     use kube::api::{Api, DynamicObject, PostParams};
     let ns = "webhook-probe";
-    cp_tests::cluster::ensure_namespace(client, ns).await.expect("probe namespace");
+    cp_tests::cluster::ensure_namespace(client, ns)
+        .await
+        .expect("probe namespace");
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         ns,
         &kube::api::ApiResource::erase::<cp_api::ConnectivityProxy>(&()),
     );
     let obj: DynamicObject = serde_json::from_value(default_cr("probe")).expect("object");
-    cp_tests::wait::until("the API server to call the webhook", std::time::Duration::from_secs(30), || {
-        let (api, obj) = (api.clone(), obj.clone());
-        async move {
-            let pp = PostParams { dry_run: true, ..Default::default() };
-            let created = api.create(&pp, &obj).await.map_err(|e| e.to_string())?;
-            Ok(created.data["spec"].get("deployment").map(|_| ()))
-        }
-    })
+    cp_tests::wait::until(
+        "the API server to call the webhook",
+        std::time::Duration::from_secs(30),
+        || {
+            let (api, obj) = (api.clone(), obj.clone());
+            async move {
+                let pp = PostParams {
+                    dry_run: true,
+                    ..Default::default()
+                };
+                let created = api.create(&pp, &obj).await.map_err(|e| e.to_string())?;
+                Ok(created.data["spec"].get("deployment").map(|_| ()))
+            }
+        },
+    )
     .await
     .expect("admission active");
 }
 
 /// The Kyma default CR (from the reference example) with another name.
 pub fn default_cr(name: &str) -> Value {
-    let yaml = std::fs::read_to_string(reference("examples/kyma-default-cr.yaml")).expect("default CR");
-    let mut v: Value = serde_yaml::from_str(yaml.split("\n---").next().unwrap_or(&yaml)).expect("yaml");
+    let yaml =
+        std::fs::read_to_string(reference("examples/kyma-default-cr.yaml")).expect("default CR");
+    let mut v: Value =
+        serde_yaml::from_str(yaml.split("\n---").next().unwrap_or(&yaml)).expect("yaml");
     v["metadata"] = serde_json::json!({"name": name});
     v
 }

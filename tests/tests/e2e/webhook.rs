@@ -2,8 +2,8 @@
 
 use cp_api::defaults;
 use cp_tests::cluster::Identity;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::common::{ALICE, MAPPINGS_LOCK, control_plane, default_cr, webhook};
@@ -14,14 +14,20 @@ fn cp_api_resource() -> ApiResource {
 
 async fn alice() -> Client {
     control_plane()
-        .client(&Identity::User { name: ALICE.into(), groups: vec!["system:authenticated".into()] })
+        .client(&Identity::User {
+            name: ALICE.into(),
+            groups: vec!["system:authenticated".into()],
+        })
         .await
         .expect("alice client")
 }
 
 async fn operator() -> Client {
     control_plane()
-        .client(&Identity::ServiceAccount { namespace: "kyma-system".into(), name: "connectivity-proxy-controller".into() })
+        .client(&Identity::ServiceAccount {
+            namespace: "kyma-system".into(),
+            name: "connectivity-proxy-controller".into(),
+        })
         .await
         .expect("operator client")
 }
@@ -37,14 +43,26 @@ async fn create(client: &Client, ns: &str, v: Value) -> Result<DynamicObject, ku
 
 async fn dry_create(client: &Client, ns: &str, v: Value) -> Result<DynamicObject, kube::Error> {
     let obj: DynamicObject = serde_json::from_value(v).expect("object");
-    cps(client, ns).create(&PostParams { dry_run: true, ..Default::default() }, &obj).await
+    cps(client, ns)
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &obj,
+        )
+        .await
 }
 
 /// The denial message, or a panic if the call succeeded.
 fn denied<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> String {
     match r {
         Err(kube::Error::Api(s)) => {
-            assert!(s.message.contains("admission webhook"), "{what}: not an admission denial: {}", s.message);
+            assert!(
+                s.message.contains("admission webhook"),
+                "{what}: not an admission denial: {}",
+                s.message
+            );
             s.message.clone()
         }
         other => panic!("{what}: expected a denial, got {other:?}"),
@@ -55,9 +73,17 @@ fn denied<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> String {
 async fn default_cr_created_by_a_user_gets_complete_deployment_defaults() {
     webhook().await;
     let ns = control_plane().namespace("wh-default").await.expect("ns");
-    let stored = create(&alice().await, &ns, default_cr("connectivity-proxy")).await.expect("alice creates the default CR");
-    assert_eq!(stored.data["spec"]["deployment"], defaults::deployment_defaults_json());
-    assert_eq!(stored.data["spec"]["config"]["subaccountId"], "auto-provision", "user fields untouched");
+    let stored = create(&alice().await, &ns, default_cr("connectivity-proxy"))
+        .await
+        .expect("alice creates the default CR");
+    assert_eq!(
+        stored.data["spec"]["deployment"],
+        defaults::deployment_defaults_json()
+    );
+    assert_eq!(
+        stored.data["spec"]["config"]["subaccountId"], "auto-provision",
+        "user fields untouched"
+    );
 }
 
 #[tokio::test]
@@ -71,12 +97,19 @@ async fn users_cannot_change_deployment_by_any_write_method() {
     // update (PUT)
     let mut current = api.get("cp").await.expect("get");
     current.data["spec"]["deployment"]["replicaCount"] = json!(3);
-    let msg = denied(api.replace("cp", &PostParams::default(), &current).await, "update");
+    let msg = denied(
+        api.replace("cp", &PostParams::default(), &current).await,
+        "update",
+    );
     assert!(msg.contains("spec.deployment.replicaCount"), "{msg}");
 
     // merge patch
     let merge = json!({"spec": {"deployment": {"image": {"tag": "6.6.6"}}}});
-    let msg = denied(api.patch("cp", &PatchParams::default(), &Patch::Merge(&merge)).await, "merge patch");
+    let msg = denied(
+        api.patch("cp", &PatchParams::default(), &Patch::Merge(&merge))
+            .await,
+        "merge patch",
+    );
     assert!(msg.contains("spec.deployment.image.tag"), "{msg}");
 
     // JSON patch
@@ -84,7 +117,11 @@ async fn users_cannot_change_deployment_by_any_write_method() {
         {"op": "replace", "path": "/spec/deployment/replicaCount", "value": 4}
     ]))
     .expect("patch");
-    let msg = denied(api.patch("cp", &PatchParams::default(), &Patch::Json::<()>(jp)).await, "json patch");
+    let msg = denied(
+        api.patch("cp", &PatchParams::default(), &Patch::Json::<()>(jp))
+            .await,
+        "json patch",
+    );
     assert!(msg.contains("spec.deployment.replicaCount"), "{msg}");
 
     // server-side apply
@@ -94,27 +131,51 @@ async fn users_cannot_change_deployment_by_any_write_method() {
         "spec": {"deployment": {"image": {"registry": "evil.example.com", "repository": "x", "tag": "1"}}}
     });
     let msg = denied(
-        api.patch("cp", &PatchParams::apply("alice-tool").force(), &Patch::Apply(&apply)).await,
+        api.patch(
+            "cp",
+            &PatchParams::apply("alice-tool").force(),
+            &Patch::Apply(&apply),
+        )
+        .await,
         "server-side apply",
     );
     assert!(msg.contains("spec.deployment.image.registry"), "{msg}");
 
     // Removing the whole section is refilled by the mutating webhook: nothing changes.
     let remove: json_patch::Patch =
-        serde_json::from_value(json!([{"op": "remove", "path": "/spec/deployment"}])).expect("patch");
-    let after = api.patch("cp", &PatchParams::default(), &Patch::Json::<()>(remove)).await.expect("removal is refilled");
-    assert_eq!(after.data["spec"]["deployment"], defaults::deployment_defaults_json());
+        serde_json::from_value(json!([{"op": "remove", "path": "/spec/deployment"}]))
+            .expect("patch");
+    let after = api
+        .patch("cp", &PatchParams::default(), &Patch::Json::<()>(remove))
+        .await
+        .expect("removal is refilled");
+    assert_eq!(
+        after.data["spec"]["deployment"],
+        defaults::deployment_defaults_json()
+    );
 
     // User fields may change.
     let cfg = json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": 20100}}}}}});
-    let after = api.patch("cp", &PatchParams::default(), &Patch::Merge(&cfg)).await.expect("spec.config edit allowed");
-    assert_eq!(after.data["spec"]["config"]["servers"]["proxy"]["http"]["port"], 20100);
-    assert_eq!(after.data["spec"]["deployment"], defaults::deployment_defaults_json());
+    let after = api
+        .patch("cp", &PatchParams::default(), &Patch::Merge(&cfg))
+        .await
+        .expect("spec.config edit allowed");
+    assert_eq!(
+        after.data["spec"]["config"]["servers"]["proxy"]["http"]["port"],
+        20100
+    );
+    assert_eq!(
+        after.data["spec"]["deployment"],
+        defaults::deployment_defaults_json()
+    );
 
     // The operator's ServiceAccount may change spec.deployment.
     let op = cps(&operator().await, &ns);
     let bump = json!({"spec": {"deployment": {"replicaCount": 2}}});
-    let after = op.patch("cp", &PatchParams::default(), &Patch::Merge(&bump)).await.expect("operator may change deployment");
+    let after = op
+        .patch("cp", &PatchParams::default(), &Patch::Merge(&bump))
+        .await
+        .expect("operator may change deployment");
     assert_eq!(after.data["spec"]["deployment"]["replicaCount"], 2);
 }
 
@@ -148,14 +209,26 @@ async fn every_validation_rule_has_an_allowed_and_a_denied_case() {
             "dedicated tenant mode needs subaccountId",
             with(base.clone(), "/spec/config/subaccountId", Value::Null),
             "spec.config.subaccountId",
-            with(with(base.clone(), "/spec/config/subaccountId", Value::Null), "/spec/config/tenantMode", json!("shared")),
+            with(
+                with(base.clone(), "/spec/config/subaccountId", Value::Null),
+                "/spec/config/tenantMode",
+                json!("shared"),
+            ),
         ),
         (
             "subaccountSubdomain needed while a proxy has authorization disabled",
-            with(base.clone(), "/spec/config/subaccountSubdomain", Value::Null),
+            with(
+                base.clone(),
+                "/spec/config/subaccountSubdomain",
+                Value::Null,
+            ),
             "spec.config.subaccountSubdomain",
             with(
-                with(base.clone(), "/spec/config/subaccountSubdomain", Value::Null),
+                with(
+                    base.clone(),
+                    "/spec/config/subaccountSubdomain",
+                    Value::Null,
+                ),
                 "/spec/config/servers/proxy",
                 json!({"authorization": {"oauth": {"allowedClientId": "c"}},
                        "http": {"enableProxyAuthorization": true}, "rfcAndLdap": {"enableProxyAuthorization": true},
@@ -164,7 +237,11 @@ async fn every_validation_rule_has_an_allowed_and_a_denied_case() {
         ),
         (
             "allowedClientId needed while a proxy has authorization enabled",
-            with(base.clone(), "/spec/config/servers/proxy", json!({"http": {"enableProxyAuthorization": true}})),
+            with(
+                base.clone(),
+                "/spec/config/servers/proxy",
+                json!({"http": {"enableProxyAuthorization": true}}),
+            ),
             "spec.config.servers.proxy.authorization.oauth.allowedClientId",
             with(
                 base.clone(),
@@ -175,13 +252,29 @@ async fn every_validation_rule_has_an_allowed_and_a_denied_case() {
         (
             "multi-region needs configMapName",
             with(
-                with(with(base.clone(), "/spec/config/multiRegionMode", json!({"enabled": true})), "/spec/config/serviceChannels", json!({"enabled": false})),
+                with(
+                    with(
+                        base.clone(),
+                        "/spec/config/multiRegionMode",
+                        json!({"enabled": true}),
+                    ),
+                    "/spec/config/serviceChannels",
+                    json!({"enabled": false}),
+                ),
                 "/spec/config/tenantMode",
                 json!("shared"),
             ),
             "spec.config.multiRegionMode.configMapName",
             with(
-                with(with(base.clone(), "/spec/config/multiRegionMode", json!({"enabled": true, "configMapName": "regions"})), "/spec/config/serviceChannels", json!({"enabled": false})),
+                with(
+                    with(
+                        base.clone(),
+                        "/spec/config/multiRegionMode",
+                        json!({"enabled": true, "configMapName": "regions"}),
+                    ),
+                    "/spec/config/serviceChannels",
+                    json!({"enabled": false}),
+                ),
                 "/spec/config/tenantMode",
                 json!("shared"),
             ),
@@ -189,13 +282,25 @@ async fn every_validation_rule_has_an_allowed_and_a_denied_case() {
         (
             "multi-region is incompatible with service channels",
             with(
-                with(base.clone(), "/spec/config/multiRegionMode", json!({"enabled": true, "configMapName": "regions"})),
+                with(
+                    base.clone(),
+                    "/spec/config/multiRegionMode",
+                    json!({"enabled": true, "configMapName": "regions"}),
+                ),
                 "/spec/config/tenantMode",
                 json!("shared"),
             ),
             "spec.config.serviceChannels.enabled",
             with(
-                with(with(base.clone(), "/spec/config/multiRegionMode", json!({"enabled": true, "configMapName": "regions"})), "/spec/config/serviceChannels", json!({"enabled": false})),
+                with(
+                    with(
+                        base.clone(),
+                        "/spec/config/multiRegionMode",
+                        json!({"enabled": true, "configMapName": "regions"}),
+                    ),
+                    "/spec/config/serviceChannels",
+                    json!({"enabled": false}),
+                ),
                 "/spec/config/tenantMode",
                 json!("shared"),
             ),
@@ -203,13 +308,25 @@ async fn every_validation_rule_has_an_allowed_and_a_denied_case() {
         (
             "multi-region is incompatible with dedicated tenant mode",
             with(
-                with(base.clone(), "/spec/config/multiRegionMode", json!({"enabled": true, "configMapName": "regions"})),
+                with(
+                    base.clone(),
+                    "/spec/config/multiRegionMode",
+                    json!({"enabled": true, "configMapName": "regions"}),
+                ),
                 "/spec/config/serviceChannels",
                 json!({"enabled": false}),
             ),
             "spec.config.tenantMode",
             with(
-                with(with(base.clone(), "/spec/config/multiRegionMode", json!({"enabled": true, "configMapName": "regions"})), "/spec/config/serviceChannels", json!({"enabled": false})),
+                with(
+                    with(
+                        base.clone(),
+                        "/spec/config/multiRegionMode",
+                        json!({"enabled": true, "configMapName": "regions"}),
+                    ),
+                    "/spec/config/serviceChannels",
+                    json!({"enabled": false}),
+                ),
                 "/spec/config/tenantMode",
                 json!("shared"),
             ),
@@ -223,8 +340,13 @@ async fn every_validation_rule_has_an_allowed_and_a_denied_case() {
     ];
     for (rule, bad, field, good) in cases {
         let msg = denied(dry_create(&alice, &ns, bad).await, rule);
-        assert!(msg.contains(field), "{rule}: message does not name {field}: {msg}");
-        dry_create(&alice, &ns, good).await.unwrap_or_else(|e| panic!("{rule}: allowed case denied: {e}"));
+        assert!(
+            msg.contains(field),
+            "{rule}: message does not name {field}: {msg}"
+        );
+        dry_create(&alice, &ns, good)
+            .await
+            .unwrap_or_else(|e| panic!("{rule}: allowed case denied: {e}"));
     }
 }
 
@@ -241,12 +363,23 @@ async fn connectivity_secret_name_is_frozen_while_secret_data_is_set() {
     );
     create(&alice, &ns, cr).await.expect("create");
     let rename = json!({"spec": {"secretConfig": {"integration": {"connectivityService": {"secretName": "other"}}}}});
-    let msg = denied(api.patch("sec", &PatchParams::default(), &Patch::Merge(&rename)).await, "rename with secretData");
-    assert!(msg.contains("spec.secretConfig.integration.connectivityService.secretName"), "{msg}");
+    let msg = denied(
+        api.patch("sec", &PatchParams::default(), &Patch::Merge(&rename))
+            .await,
+        "rename with secretData",
+    );
+    assert!(
+        msg.contains("spec.secretConfig.integration.connectivityService.secretName"),
+        "{msg}"
+    );
     // Dropping secretData and renaming in the same edit is still a change while data was set.
     let clear = json!({"spec": {"secretConfig": {"integration": {"connectivityService": {"secretData": null}}}}});
-    api.patch("sec", &PatchParams::default(), &Patch::Merge(&clear)).await.expect("removing secretData is allowed");
-    api.patch("sec", &PatchParams::default(), &Patch::Merge(&rename)).await.expect("rename without secretData is allowed");
+    api.patch("sec", &PatchParams::default(), &Patch::Merge(&clear))
+        .await
+        .expect("removing secretData is allowed");
+    api.patch("sec", &PatchParams::default(), &Patch::Merge(&rename))
+        .await
+        .expect("rename without secretData is allowed");
 }
 
 fn mapping(name: &str, service: &str) -> Value {
@@ -259,7 +392,10 @@ fn mapping(name: &str, service: &str) -> Value {
 }
 
 fn mappings(client: &Client) -> Api<DynamicObject> {
-    Api::all_with(client.clone(), &ApiResource::erase::<cp_api::ServiceMapping>(&()))
+    Api::all_with(
+        client.clone(),
+        &ApiResource::erase::<cp_api::ServiceMapping>(&()),
+    )
 }
 
 async fn create_mapping(client: &Client, v: Value) -> Result<DynamicObject, kube::Error> {
@@ -270,16 +406,30 @@ async fn create_mapping(client: &Client, v: Value) -> Result<DynamicObject, kube
 /// Waits until the webhook's cache has seen a mapping: a duplicate of it is refused.
 async fn wait_mapping_cached(client: &Client, service: &str) {
     let probe = mapping("cache-probe", service);
-    cp_tests::wait::until("the webhook cache to hold the mapping", std::time::Duration::from_secs(10), || {
-        let (client, probe) = (client.clone(), probe.clone());
-        async move {
-            let obj: DynamicObject = serde_json::from_value(probe).map_err(|e| e.to_string())?;
-            match mappings(&client).create(&PostParams { dry_run: true, ..Default::default() }, &obj).await {
-                Err(kube::Error::Api(s)) if s.message.contains("already maps") => Ok(Some(())),
-                other => Err(format!("{other:?}")),
+    cp_tests::wait::until(
+        "the webhook cache to hold the mapping",
+        std::time::Duration::from_secs(10),
+        || {
+            let (client, probe) = (client.clone(), probe.clone());
+            async move {
+                let obj: DynamicObject =
+                    serde_json::from_value(probe).map_err(|e| e.to_string())?;
+                match mappings(&client)
+                    .create(
+                        &PostParams {
+                            dry_run: true,
+                            ..Default::default()
+                        },
+                        &obj,
+                    )
+                    .await
+                {
+                    Err(kube::Error::Api(s)) if s.message.contains("already maps") => Ok(Some(())),
+                    other => Err(format!("{other:?}")),
+                }
             }
-        }
-    })
+        },
+    )
     .await
     .expect("cached");
 }
@@ -289,20 +439,37 @@ async fn service_mappings_are_validated_and_unique() {
     webhook().await;
     let _mappings = MAPPINGS_LOCK.lock().await;
     let alice = alice().await;
-    create_mapping(&alice, mapping("sm-unique-a", "unique-s4")).await.expect("first mapping");
+    create_mapping(&alice, mapping("sm-unique-a", "unique-s4"))
+        .await
+        .expect("first mapping");
     wait_mapping_cached(&alice, "unique-s4").await;
-    let msg = denied(create_mapping(&alice, mapping("sm-unique-b", "unique-s4")).await, "duplicate");
+    let msg = denied(
+        create_mapping(&alice, mapping("sm-unique-b", "unique-s4")).await,
+        "duplicate",
+    );
     assert!(msg.contains("sm-unique-a"), "{msg}");
-    create_mapping(&alice, mapping("sm-unique-c", "unique-other")).await.expect("another serviceId");
-    let bad = with(mapping("sm-bad-port", "bad-port"), "/spec/internalAddress", json!("erp.default:99999"));
+    create_mapping(&alice, mapping("sm-unique-c", "unique-other"))
+        .await
+        .expect("another serviceId");
+    let bad = with(
+        mapping("sm-bad-port", "bad-port"),
+        "/spec/internalAddress",
+        json!("erp.default:99999"),
+    );
     let msg = denied(create_mapping(&alice, bad).await, "bad port");
     assert!(msg.contains("spec.internalAddress"), "{msg}");
-    let bad = with(mapping("sm-no-port", "no-port"), "/spec/internalAddress", json!("erp.default"));
+    let bad = with(
+        mapping("sm-no-port", "no-port"),
+        "/spec/internalAddress",
+        json!("erp.default"),
+    );
     denied(create_mapping(&alice, bad).await, "no port");
     // An update of the mapping itself is not a duplicate.
     let api = mappings(&alice);
     let loc = json!({"spec": {"locationIds": ["loc1"]}});
-    api.patch("sm-unique-a", &PatchParams::default(), &Patch::Merge(&loc)).await.expect("update own mapping");
+    api.patch("sm-unique-a", &PatchParams::default(), &Patch::Merge(&loc))
+        .await
+        .expect("update own mapping");
     for n in ["sm-unique-a", "sm-unique-c"] {
         api.delete(n, &Default::default()).await.expect("cleanup");
     }
@@ -314,23 +481,39 @@ async fn service_channels_cannot_be_disabled_while_mappings_exist() {
     let _mappings = MAPPINGS_LOCK.lock().await;
     let ns = control_plane().namespace("wh-channels").await.expect("ns");
     let alice = alice().await;
-    create_mapping(&alice, mapping("sm-channels", "channels-s4")).await.expect("mapping");
+    create_mapping(&alice, mapping("sm-channels", "channels-s4"))
+        .await
+        .expect("mapping");
     wait_mapping_cached(&alice, "channels-s4").await;
     let api = cps(&alice, &ns);
     create(&alice, &ns, default_cr("ch")).await.expect("create");
     let off = json!({"spec": {"config": {"serviceChannels": {"enabled": false}}}});
-    let msg = denied(api.patch("ch", &PatchParams::default(), &Patch::Merge(&off)).await, "disable channels");
+    let msg = denied(
+        api.patch("ch", &PatchParams::default(), &Patch::Merge(&off))
+            .await,
+        "disable channels",
+    );
     assert!(msg.contains("sm-channels"), "lists the mappings: {msg}");
-    mappings(&alice).delete("sm-channels", &Default::default()).await.expect("delete mapping");
-    cp_tests::wait::until("service channels can be disabled", std::time::Duration::from_secs(10), || {
-        let (api, off) = (api.clone(), off.clone());
-        async move {
-            match api.patch("ch", &PatchParams::default(), &Patch::Merge(&off)).await {
-                Ok(_) => Ok(Some(())),
-                Err(e) => Err(e.to_string()),
+    mappings(&alice)
+        .delete("sm-channels", &Default::default())
+        .await
+        .expect("delete mapping");
+    cp_tests::wait::until(
+        "service channels can be disabled",
+        std::time::Duration::from_secs(10),
+        || {
+            let (api, off) = (api.clone(), off.clone());
+            async move {
+                match api
+                    .patch("ch", &PatchParams::default(), &Patch::Merge(&off))
+                    .await
+                {
+                    Ok(_) => Ok(Some(())),
+                    Err(e) => Err(e.to_string()),
+                }
             }
-        }
-    })
+        },
+    )
     .await
     .expect("allowed after the mapping is gone");
 }
@@ -343,14 +526,29 @@ async fn malformed_requests_get_a_4xx_and_the_webhook_stays_up() {
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("/mutate", b"not json".to_vec()),
         ("/validate", br#"{"apiVersion":"v1","kind":"Pod"}"#.to_vec()),
-        ("/validate-servicemapping", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec()),
-        ("/validate", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":7}}"#.to_vec()),
+        (
+            "/validate-servicemapping",
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
+        ),
+        (
+            "/validate",
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":7}}"#
+                .to_vec(),
+        ),
         ("/mutate", big),
     ];
     for (path, body) in cases {
-        let req = http::Request::post(path).header("content-type", "application/json").body(body).expect("request");
+        let req = http::Request::post(path)
+            .header("content-type", "application/json")
+            .body(body)
+            .expect("request");
         match client.request_text(req).await {
-            Err(kube::Error::Api(s)) => assert!((400..500).contains(&s.code), "{path}: {} {}", s.code, s.message),
+            Err(kube::Error::Api(s)) => assert!(
+                (400..500).contains(&s.code),
+                "{path}: {} {}",
+                s.code,
+                s.message
+            ),
             other => panic!("{path}: expected a 4xx, got {other:?}"),
         }
     }
@@ -359,14 +557,24 @@ async fn malformed_requests_get_a_4xx_and_the_webhook_stays_up() {
         "uid": "u1", "kind": {"group": "connectivityproxy.sap.com", "version": "v1", "kind": "ConnectivityProxy"},
         "resource": {"group": "connectivityproxy.sap.com", "version": "v1", "resource": "connectivityproxies"},
         "name": "x", "namespace": "y", "operation": "CREATE", "userInfo": {"username": "bob"}}});
-    let req = http::Request::post("/validate").body(serde_json::to_vec(&review).expect("json")).expect("request");
+    let req = http::Request::post("/validate")
+        .body(serde_json::to_vec(&review).expect("json"))
+        .expect("request");
     let text = client.request_text(req).await.expect("answered");
     let answer: Value = serde_json::from_str(&text).expect("AdmissionReview");
     assert_eq!(answer["response"]["allowed"], false);
     assert_eq!(answer["response"]["uid"], "u1");
-    assert!(answer["response"]["status"]["message"].as_str().unwrap_or("").contains("no object"));
+    assert!(
+        answer["response"]["status"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no object")
+    );
     let (code, _) = wh.metrics_get("/healthz").await.expect("healthz");
     assert_eq!(code, 200, "the webhook is still up");
     let (_, metrics) = wh.metrics_get("/metrics").await.expect("metrics");
-    assert!(metrics.contains("cp_webhook_admission_requests_total"), "{metrics}");
+    assert!(
+        metrics.contains("cp_webhook_admission_requests_total"),
+        "{metrics}"
+    );
 }

@@ -72,7 +72,9 @@ pub enum DecodeError {
     #[error("body is not a valid admission.k8s.io/v1 AdmissionReview: {0}")]
     Json(#[from] serde_json::Error),
     /// Another apiVersion/kind.
-    #[error("expected apiVersion admission.k8s.io/v1 and kind AdmissionReview, got {api_version:?} {kind:?}")]
+    #[error(
+        "expected apiVersion admission.k8s.io/v1 and kind AdmissionReview, got {api_version:?} {kind:?}"
+    )]
     WrongType {
         /// The apiVersion sent.
         api_version: String,
@@ -113,7 +115,12 @@ pub struct Policy {
 }
 
 /// Answers one request. `facts` is read only by the endpoints that need it.
-pub fn review(endpoint: Endpoint, req: &Request, policy: &Policy, facts: &dyn Fn() -> Facts) -> (AdmissionResponse, Decision) {
+pub fn review(
+    endpoint: Endpoint,
+    req: &Request,
+    policy: &Policy,
+    facts: &dyn Fn() -> Facts,
+) -> (AdmissionResponse, Decision) {
     let resp = AdmissionResponse::from(req);
     if req.kind.kind != endpoint.expected_kind() || req.kind.group != names::GROUP {
         let msg = format!(
@@ -132,11 +139,16 @@ pub fn review(endpoint: Endpoint, req: &Request, policy: &Policy, facts: &dyn Fn
         Endpoint::Mutate => mutate(req).map(|patch| match patch {
             Some(p) => match resp.clone().with_patch(p) {
                 Ok(r) => (r, Decision::Patched),
-                Err(e) => (deny(resp.clone(), 500, "InternalError", e.to_string()), Decision::Denied),
+                Err(e) => (
+                    deny(resp.clone(), 500, "InternalError", e.to_string()),
+                    Decision::Denied,
+                ),
             },
             None => (resp.clone(), Decision::Allowed),
         }),
-        Endpoint::Validate => validate_cp(req, policy, &facts()).map(|()| (resp.clone(), Decision::Allowed)),
+        Endpoint::Validate => {
+            validate_cp(req, policy, &facts()).map(|()| (resp.clone(), Decision::Allowed))
+        }
         Endpoint::ValidateServiceMapping => {
             validate_sm(req, &facts()).map(|()| (resp.clone(), Decision::Allowed))
         }
@@ -146,7 +158,12 @@ pub fn review(endpoint: Endpoint, req: &Request, policy: &Policy, facts: &dyn Fn
 
 type Denial = (u16, &'static str, String);
 
-fn deny(mut resp: AdmissionResponse, code: u16, reason: &str, message: String) -> AdmissionResponse {
+fn deny(
+    mut resp: AdmissionResponse,
+    code: u16,
+    reason: &str,
+    message: String,
+) -> AdmissionResponse {
     resp.allowed = false;
     resp.result.status = Some(StatusSummary::Failure);
     resp.result.code = code;
@@ -161,18 +178,41 @@ fn invalid(message: String) -> Denial {
 
 /// The object as JSON, with a clear denial when it is missing.
 fn object_json(obj: Option<&DynamicObject>, which: &str) -> Result<Value, Denial> {
-    let obj = obj.ok_or_else(|| (400, "BadRequest", format!("AdmissionRequest has no {which}")))?;
-    serde_json::to_value(obj).map_err(|e| (400, "BadRequest", format!("{which} is not serialisable: {e}")))
+    let obj = obj.ok_or_else(|| {
+        (
+            400,
+            "BadRequest",
+            format!("AdmissionRequest has no {which}"),
+        )
+    })?;
+    serde_json::to_value(obj).map_err(|e| {
+        (
+            400,
+            "BadRequest",
+            format!("{which} is not serialisable: {e}"),
+        )
+    })
 }
 
 /// Parses the object into the typed resource and refuses fields the type does not know (the API
 /// server prunes those, so they only come from a direct caller).
-fn typed<K: serde::de::DeserializeOwned + serde::Serialize>(value: &Value, which: &str) -> Result<K, Denial> {
-    let parsed: K = serde_json::from_value(value.clone()).map_err(|e| invalid(format!("{which}: {e}")))?;
+fn typed<K: serde::de::DeserializeOwned + serde::Serialize>(
+    value: &Value,
+    which: &str,
+) -> Result<K, Denial> {
+    let parsed: K =
+        serde_json::from_value(value.clone()).map_err(|e| invalid(format!("{which}: {e}")))?;
     let back = serde_json::to_value(&parsed).map_err(|e| invalid(format!("{which}: {e}")))?;
-    let unknown = unknown_fields(value.get("spec").unwrap_or(&Value::Null), back.get("spec").unwrap_or(&Value::Null), "spec");
+    let unknown = unknown_fields(
+        value.get("spec").unwrap_or(&Value::Null),
+        back.get("spec").unwrap_or(&Value::Null),
+        "spec",
+    );
     if !unknown.is_empty() {
-        return Err(invalid(format!("{which} has unknown fields: {}", unknown.join(", "))));
+        return Err(invalid(format!(
+            "{which} has unknown fields: {}",
+            unknown.join(", ")
+        )));
     }
     Ok(parsed)
 }
@@ -219,7 +259,9 @@ pub fn mutate(req: &Request) -> Result<Option<json_patch::Patch>, Denial> {
 }
 
 fn deployment_of(v: &Value) -> Value {
-    v.pointer("/spec/deployment").cloned().unwrap_or(Value::Null)
+    v.pointer("/spec/deployment")
+        .cloned()
+        .unwrap_or(Value::Null)
 }
 
 /// Validates a ConnectivityProxy: protected fields, then every cross-field rule.
@@ -255,13 +297,21 @@ pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<(), 
         }
     }
     let cluster = ClusterFacts {
-        service_mappings: facts.service_mappings.iter().filter_map(|m| m.metadata.name.clone()).collect(),
+        service_mappings: facts
+            .service_mappings
+            .iter()
+            .filter_map(|m| m.metadata.name.clone())
+            .collect(),
     };
     let errors: Vec<FieldError> = new.spec.validate(old.as_ref().map(|o| &o.spec), &cluster);
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(invalid(format!("ConnectivityProxy {} is invalid: {}", req.name, join(&errors))))
+        Err(invalid(format!(
+            "ConnectivityProxy {} is invalid: {}",
+            req.name,
+            join(&errors)
+        )))
     }
 }
 
@@ -271,12 +321,15 @@ pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
     let mapping: ServiceMapping = typed(&json, "object")?;
     let mut errors = validate_mapping(&mapping.spec, facts.shared_tenant);
     let key = cp_api::mapping::mapping_key(&mapping.spec);
-    let name = mapping.metadata.name.clone().unwrap_or_else(|| req.name.clone());
-    if let Some(other) = facts
-        .service_mappings
-        .iter()
-        .find(|m| m.metadata.name.as_deref() != Some(name.as_str()) && cp_api::mapping::mapping_key(&m.spec) == key)
-    {
+    let name = mapping
+        .metadata
+        .name
+        .clone()
+        .unwrap_or_else(|| req.name.clone());
+    if let Some(other) = facts.service_mappings.iter().find(|m| {
+        m.metadata.name.as_deref() != Some(name.as_str())
+            && cp_api::mapping::mapping_key(&m.spec) == key
+    }) {
         errors.push(FieldError {
             field: "spec.serviceId".into(),
             message: format!(
@@ -291,7 +344,10 @@ pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(invalid(format!("ServiceMapping {name} is invalid: {}", join(&errors))))
+        Err(invalid(format!(
+            "ServiceMapping {name} is invalid: {}",
+            join(&errors)
+        )))
     }
 }
 

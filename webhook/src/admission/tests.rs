@@ -3,7 +3,11 @@ use serde_json::{Value, json};
 use super::*;
 
 fn review_body(kind: &str, op: &str, user: &str, object: Value, old: Option<Value>) -> Vec<u8> {
-    let resource = if kind == "ServiceMapping" { "servicemappings" } else { "connectivityproxies" };
+    let resource = if kind == "ServiceMapping" {
+        "servicemappings"
+    } else {
+        "connectivityproxies"
+    };
     serde_json::to_vec(&json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -67,22 +71,55 @@ fn mutate_injects_complete_defaults_on_create() {
     let patch = mutate(&req).expect("ok").expect("a patch");
     let mut obj = default_cr();
     json_patch::patch(&mut obj, &patch).expect("patch applies");
-    assert_eq!(obj["spec"]["deployment"], defaults::deployment_defaults_json());
-    assert_eq!(obj["spec"]["config"], default_cr()["spec"]["config"], "user fields untouched");
+    assert_eq!(
+        obj["spec"]["deployment"],
+        defaults::deployment_defaults_json()
+    );
+    assert_eq!(
+        obj["spec"]["config"],
+        default_cr()["spec"]["config"],
+        "user fields untouched"
+    );
 }
 
 #[test]
 fn mutate_is_idempotent_and_fills_only_missing() {
-    let body = review_body("ConnectivityProxy", "UPDATE", "alice", defaulted_cr(), Some(defaulted_cr()));
-    assert!(mutate(&decode(&body).expect("decode")).expect("ok").is_none());
+    let body = review_body(
+        "ConnectivityProxy",
+        "UPDATE",
+        "alice",
+        defaulted_cr(),
+        Some(defaulted_cr()),
+    );
+    assert!(
+        mutate(&decode(&body).expect("decode"))
+            .expect("ok")
+            .is_none()
+    );
     let mut partial = defaulted_cr();
     partial["spec"]["deployment"]["replicaCount"] = json!(3);
-    partial["spec"]["deployment"]["image"].as_object_mut().map(|i| i.remove("tag"));
-    let body = review_body("ConnectivityProxy", "UPDATE", "alice", partial.clone(), Some(defaulted_cr()));
-    let patch = mutate(&decode(&body).expect("decode")).expect("ok").expect("patch");
+    partial["spec"]["deployment"]["image"]
+        .as_object_mut()
+        .map(|i| i.remove("tag"));
+    let body = review_body(
+        "ConnectivityProxy",
+        "UPDATE",
+        "alice",
+        partial.clone(),
+        Some(defaulted_cr()),
+    );
+    let patch = mutate(&decode(&body).expect("decode"))
+        .expect("ok")
+        .expect("patch");
     json_patch::patch(&mut partial, &patch).expect("applies");
-    assert_eq!(partial["spec"]["deployment"]["replicaCount"], 3, "existing value kept");
-    assert_eq!(partial["spec"]["deployment"]["image"]["tag"], defaults::PROXY_TAG);
+    assert_eq!(
+        partial["spec"]["deployment"]["replicaCount"], 3,
+        "existing value kept"
+    );
+    assert_eq!(
+        partial["spec"]["deployment"]["image"]["tag"],
+        defaults::PROXY_TAG
+    );
 }
 
 #[test]
@@ -90,15 +127,36 @@ fn normal_user_cannot_change_deployment() {
     let mut new = defaulted_cr();
     new["spec"]["deployment"]["replicaCount"] = json!(5);
     new["spec"]["deployment"]["image"]["tag"] = json!("evil");
-    let body = review_body("ConnectivityProxy", "UPDATE", "alice", new.clone(), Some(defaulted_cr()));
+    let body = review_body(
+        "ConnectivityProxy",
+        "UPDATE",
+        "alice",
+        new.clone(),
+        Some(defaulted_cr()),
+    );
     let (resp, d) = run(Endpoint::Validate, &body, Facts::default());
     assert_eq!(d, Decision::Denied);
-    assert!(resp.result.message.contains("spec.deployment.replicaCount"), "{}", resp.result.message);
-    assert!(resp.result.message.contains("spec.deployment.image.tag"), "{}", resp.result.message);
-    assert!(resp.result.message.contains("cp-controller"), "says who may: {}", resp.result.message);
+    assert!(
+        resp.result.message.contains("spec.deployment.replicaCount"),
+        "{}",
+        resp.result.message
+    );
+    assert!(
+        resp.result.message.contains("spec.deployment.image.tag"),
+        "{}",
+        resp.result.message
+    );
+    assert!(
+        resp.result.message.contains("cp-controller"),
+        "says who may: {}",
+        resp.result.message
+    );
     let op = "system:serviceaccount:kyma-system:cp-controller";
     let body = review_body("ConnectivityProxy", "UPDATE", op, new, Some(defaulted_cr()));
-    assert_eq!(run(Endpoint::Validate, &body, Facts::default()).1, Decision::Allowed);
+    assert_eq!(
+        run(Endpoint::Validate, &body, Facts::default()).1,
+        Decision::Allowed
+    );
 }
 
 #[test]
@@ -115,8 +173,17 @@ fn create_with_non_default_deployment_is_refused_for_users() {
 fn user_fields_may_change() {
     let mut new = defaulted_cr();
     new["spec"]["config"]["servers"]["proxy"] = json!({"http": {"port": 20100}});
-    let body = review_body("ConnectivityProxy", "UPDATE", "alice", new, Some(defaulted_cr()));
-    assert_eq!(run(Endpoint::Validate, &body, Facts::default()).1, Decision::Allowed);
+    let body = review_body(
+        "ConnectivityProxy",
+        "UPDATE",
+        "alice",
+        new,
+        Some(defaulted_cr()),
+    );
+    assert_eq!(
+        run(Endpoint::Validate, &body, Facts::default()).1,
+        Decision::Allowed
+    );
 }
 
 #[test]
@@ -126,7 +193,11 @@ fn cross_field_rules_are_enforced() {
     let body = review_body("ConnectivityProxy", "CREATE", "alice", new, None);
     let (resp, d) = run(Endpoint::Validate, &body, Facts::default());
     assert_eq!(d, Decision::Denied);
-    assert!(resp.result.message.contains("spec.config.multiRegionMode.configMapName"));
+    assert!(
+        resp.result
+            .message
+            .contains("spec.config.multiRegionMode.configMapName")
+    );
 }
 
 #[test]
@@ -136,7 +207,11 @@ fn unknown_fields_are_refused() {
     let body = review_body("ConnectivityProxy", "CREATE", "alice", new, None);
     let (resp, d) = run(Endpoint::Validate, &body, Facts::default());
     assert_eq!(d, Decision::Denied);
-    assert!(resp.result.message.contains("spec.config.bogus"), "{}", resp.result.message);
+    assert!(
+        resp.result.message.contains("spec.config.bogus"),
+        "{}",
+        resp.result.message
+    );
 }
 
 fn mapping(name: &str, service: &str) -> Value {
@@ -151,16 +226,49 @@ fn mapping(name: &str, service: &str) -> Value {
 #[test]
 fn duplicate_mapping_is_refused() {
     let existing: ServiceMapping = serde_json::from_value(mapping("a", "s4")).expect("mapping");
-    let facts = Facts { service_mappings: vec![std::sync::Arc::new(existing)], shared_tenant: false };
-    let body = review_body("ServiceMapping", "CREATE", "alice", mapping("b", "s4"), None);
+    let facts = Facts {
+        service_mappings: vec![std::sync::Arc::new(existing)],
+        shared_tenant: false,
+    };
+    let body = review_body(
+        "ServiceMapping",
+        "CREATE",
+        "alice",
+        mapping("b", "s4"),
+        None,
+    );
     let (resp, d) = run(Endpoint::ValidateServiceMapping, &body, facts.clone());
     assert_eq!(d, Decision::Denied);
-    assert!(resp.result.message.contains("ServiceMapping a already maps"), "{}", resp.result.message);
+    assert!(
+        resp.result
+            .message
+            .contains("ServiceMapping a already maps"),
+        "{}",
+        resp.result.message
+    );
     // Updating the mapping itself is not a duplicate.
-    let body = review_body("ServiceMapping", "UPDATE", "alice", mapping("a", "s4"), Some(mapping("a", "s4")));
-    assert_eq!(run(Endpoint::ValidateServiceMapping, &body, facts.clone()).1, Decision::Allowed);
-    let body = review_body("ServiceMapping", "CREATE", "alice", mapping("c", "other"), None);
-    assert_eq!(run(Endpoint::ValidateServiceMapping, &body, facts).1, Decision::Allowed);
+    let body = review_body(
+        "ServiceMapping",
+        "UPDATE",
+        "alice",
+        mapping("a", "s4"),
+        Some(mapping("a", "s4")),
+    );
+    assert_eq!(
+        run(Endpoint::ValidateServiceMapping, &body, facts.clone()).1,
+        Decision::Allowed
+    );
+    let body = review_body(
+        "ServiceMapping",
+        "CREATE",
+        "alice",
+        mapping("c", "other"),
+        None,
+    );
+    assert_eq!(
+        run(Endpoint::ValidateServiceMapping, &body, facts).1,
+        Decision::Allowed
+    );
 }
 
 #[test]
@@ -173,18 +281,36 @@ fn bad_input_is_rejected_without_panic() {
         b"",
         b"[]",
     ] {
-        assert!(decode(body).is_err(), "{:?} decoded", String::from_utf8_lossy(body));
+        assert!(
+            decode(body).is_err(),
+            "{:?} decoded",
+            String::from_utf8_lossy(body)
+        );
     }
     // A request without an object is denied, not a panic.
-    let mut v: Value = serde_json::from_slice(&review_body("ConnectivityProxy", "CREATE", "alice", default_cr(), None)).expect("json");
+    let mut v: Value = serde_json::from_slice(&review_body(
+        "ConnectivityProxy",
+        "CREATE",
+        "alice",
+        default_cr(),
+        None,
+    ))
+    .expect("json");
     v["request"]["object"] = Value::Null;
     let body = serde_json::to_vec(&v).expect("json");
-    for ep in [Endpoint::Mutate, Endpoint::Validate, Endpoint::ValidateServiceMapping] {
+    for ep in [
+        Endpoint::Mutate,
+        Endpoint::Validate,
+        Endpoint::ValidateServiceMapping,
+    ] {
         let (resp, d) = run(ep, &body, Facts::default());
         assert_eq!(d, Decision::Denied, "{ep:?}");
         assert!(!resp.result.message.is_empty());
     }
     // The wrong kind on an endpoint is denied.
     let body = review_body("ServiceMapping", "CREATE", "alice", mapping("a", "s"), None);
-    assert_eq!(run(Endpoint::Validate, &body, Facts::default()).1, Decision::Denied);
+    assert_eq!(
+        run(Endpoint::Validate, &body, Facts::default()).1,
+        Decision::Denied
+    );
 }

@@ -1,0 +1,87 @@
+//! Running the `cp-controller` binary against a control plane as its own ServiceAccount, with
+//! exactly the permissions of `manifests/rbac/controller.yaml`.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::cluster::{ControlPlane, Identity, ensure_namespace};
+use crate::webhook::http_get;
+
+/// The controller's ServiceAccount user name.
+pub const CONTROLLER_USER: &str = "system:serviceaccount:kyma-system:connectivity-proxy-controller";
+
+/// A running controller process.
+pub struct ControllerProcess {
+    /// Its process name in the control plane (log file `<name>.log`).
+    pub name: String,
+    /// `127.0.0.1:<port>` of `/metrics`, `/healthz`, `/readyz`.
+    pub metrics_addr: String,
+}
+
+impl ControllerProcess {
+    /// Applies the controller's RBAC, starts the binary as the controller's ServiceAccount and waits
+    /// until its caches are synced. `extra_args` go to the binary.
+    pub async fn start(cp: &ControlPlane, name: &str, extra_args: &[&str]) -> anyhow::Result<Self> {
+        let admin = cp.admin().await?;
+        ensure_namespace(&admin, "kyma-system").await?;
+        let rbac = crate::workspace_root().join("manifests/rbac/controller.yaml");
+        crate::manifest::apply_file(&admin, &rbac, None).await?;
+        let identity = Identity::ServiceAccount {
+            namespace: "kyma-system".into(),
+            name: "connectivity-proxy-controller".into(),
+        };
+        let kubeconfig = cp
+            .write_kubeconfig(&format!("{name}.kubeconfig"), &identity)
+            .await?;
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+            .local_addr()?
+            .port();
+        let bin = crate::own_bin_dir().join("cp-controller");
+        anyhow::ensure!(
+            bin.exists(),
+            "{} not found: run `cargo build --workspace --bins` first",
+            bin.display()
+        );
+        let mut cmd = Command::new(bin);
+        cmd.env("KUBECONFIG", &kubeconfig)
+            .env(
+                "RUST_LOG",
+                std::env::var("CP_CONTROLLER_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
+            )
+            .env("POD_NAME", name)
+            .arg(format!("--metrics-addr=127.0.0.1:{port}"))
+            .args(extra_args);
+        cp.spawn_process(name, &mut cmd)?;
+        let me = Self {
+            name: name.into(),
+            metrics_addr: format!("127.0.0.1:{port}"),
+        };
+        let addr = me.metrics_addr.clone();
+        crate::wait::until(&format!("{name} /readyz"), Duration::from_secs(30), || {
+            let addr = addr.clone();
+            async move {
+                match http_get(&addr, "/readyz").await {
+                    Ok((200, _)) => Ok(Some(())),
+                    Ok((code, body)) => Err(format!("{code} {body}")),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        })
+        .await
+        .map_err(|e| e.context(format!("{name} log:\n{}", cp.log_tail(name, 20))))?;
+        Ok(me)
+    }
+
+    /// The value of a metric series (first line starting with `series`), or 0.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let Ok((_, body)) = http_get(&self.metrics_addr, "/metrics").await else {
+            return 0.0;
+        };
+        body.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    }
+}

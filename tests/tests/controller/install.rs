@@ -1,0 +1,533 @@
+//! Install, configure, repair, refuse duplicates, stay quiet, delete.
+
+use std::time::{Duration, Instant};
+
+use cp_api::{ConnectivityProxy, State};
+use cp_controller::desired::Kind;
+use cp_tests::controller::CONTROLLER_USER;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::support::*;
+
+async fn get(admin: &Client, kind: Kind, ns: Option<&str>, name: &str) -> Option<DynamicObject> {
+    let ar = kind.api_resource();
+    let api: Api<DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(admin.clone(), ns, &ar),
+        None => Api::all_with(admin.clone(), &ar),
+    };
+    api.get_opt(name).await.expect("get")
+}
+
+const MANAGED: [(Kind, Option<&str>, &str); 11] = [
+    (Kind::StatefulSet, Some(NS), "connectivity-proxy"),
+    (Kind::Service, Some(NS), "connectivity-proxy"),
+    (Kind::Service, Some(NS), "connectivity-proxy-tunnel"),
+    (
+        Kind::Service,
+        Some(NS),
+        "connectivity-proxy-tunnel-healthcheck",
+    ),
+    (Kind::ConfigMap, Some(NS), "connectivity-proxy"),
+    (Kind::ConfigMap, Some(NS), "connectivity-proxy-info"),
+    (
+        Kind::ConfigMap,
+        Some(NS),
+        "connectivity-proxy-service-mappings",
+    ),
+    (Kind::Gateway, Some(NS), "connectivity-proxy-tunnel"),
+    (Kind::VirtualService, Some(NS), "connectivity-proxy-tunnel"),
+    (Kind::DestinationRule, Some(NS), "connectivity-proxy-tunnel"),
+    (
+        Kind::PriorityClass,
+        None,
+        "connectivity-proxy-priority-class",
+    ),
+];
+
+async fn wait_all_exist(admin: &Client) {
+    cp_tests::wait::until(
+        "every managed object exists",
+        Duration::from_secs(15),
+        || async move {
+            for (kind, ns, name) in MANAGED {
+                if get(admin, kind, ns, name).await.is_none() {
+                    let crs: Api<ConnectivityProxy> = Api::all(admin.clone());
+                    let status: Vec<_> = crs
+                        .list(&Default::default())
+                        .await
+                        .map(|l| l.items)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|c| c.status)
+                        .collect();
+                    return Err(format!("{kind:?} {name} missing; CR status: {status:?}"));
+                }
+            }
+            Ok(Some(()))
+        },
+    )
+    .await
+    .expect("objects");
+}
+
+#[tokio::test]
+async fn default_cr_installs_everything_and_becomes_ready() {
+    let env = scenario().await;
+    let admin = &env.admin;
+    create_default_cr(admin, NS, "connectivity-proxy").await;
+    wait_all_exist(admin).await;
+    let cr = wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Processing,
+        Some("StatefulSetNotReady"),
+        Duration::from_secs(15),
+    )
+    .await;
+    assert!(
+        cr.finalizers()
+            .iter()
+            .any(|f| f == cp_api::names::FINALIZER),
+        "finalizer added"
+    );
+
+    let gw = get(admin, Kind::Gateway, Some(NS), "connectivity-proxy-tunnel")
+        .await
+        .expect("gateway");
+    assert_eq!(
+        gw.data["spec"]["servers"][0]["hosts"][0],
+        format!("cp.{DOMAIN}")
+    );
+    assert_eq!(gw.data["spec"]["servers"][0]["tls"]["mode"], "MUTUAL");
+    let vs = get(
+        admin,
+        Kind::VirtualService,
+        Some(NS),
+        "connectivity-proxy-tunnel",
+    )
+    .await
+    .expect("vs");
+    assert_eq!(vs.data["spec"]["hosts"][0], format!("cp.{DOMAIN}"));
+    let cfg = get(admin, Kind::ConfigMap, Some(NS), "connectivity-proxy")
+        .await
+        .expect("config");
+    let yml = cfg.data["data"]["connectivity-proxy-config.yml"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(yml.contains(&format!("externalHost: cp.{DOMAIN}")), "{yml}");
+    let info = get(admin, Kind::ConfigMap, Some(NS), "connectivity-proxy-info")
+        .await
+        .expect("info");
+    assert_eq!(info.data["data"]["onpremise_proxy_http_port"], "20003");
+    let sts = get(admin, Kind::StatefulSet, Some(NS), "connectivity-proxy")
+        .await
+        .expect("sts");
+    assert_eq!(
+        sts.metadata
+            .owner_references
+            .as_ref()
+            .map(|o| o[0].kind.as_str()),
+        Some("ConnectivityProxy")
+    );
+    assert_eq!(
+        sts.data["spec"]["template"]["spec"]["containers"][0]["image"],
+        "docker.io/sapse/connectivity-proxy:2.11.0"
+    );
+    for (kind, ns, name) in MANAGED {
+        let o = get(admin, kind, ns, name).await.expect("object");
+        let labels = o.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels
+                .get("app.kubernetes.io/managed-by")
+                .map(String::as_str),
+            Some("connectivity-proxy-operator"),
+            "{name}"
+        );
+        assert_eq!(
+            labels.get("kyma-project.io/module").map(String::as_str),
+            Some("connectivity-proxy"),
+            "{name}"
+        );
+    }
+
+    mark_statefulset_ready(admin, NS).await;
+    let cr = wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Ready,
+        Some("StatefulSetReady"),
+        Duration::from_secs(10),
+    )
+    .await;
+    let status = cr.status.expect("status");
+    assert_eq!(status.observed_generation, cr.metadata.generation);
+    for c in &status.conditions {
+        assert_eq!(c.observed_generation, cr.metadata.generation, "{}", c.type_);
+        assert_eq!(c.status, "True", "{} {}", c.type_, c.reason);
+    }
+    // An Event marks the state change.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), NS);
+    cp_tests::wait::until("an Event for the CR", Duration::from_secs(10), || {
+        let events = events.clone();
+        async move {
+            let list = events
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(list
+                .items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("StatefulSetReady"))
+                .then_some(()))
+        }
+    })
+    .await
+    .expect("event");
+}
+
+#[tokio::test]
+async fn missing_istio_is_a_warning_until_it_is_installed() {
+    let env = scenario().await;
+    let admin = &env.admin;
+    for crd in cp_api::names::ISTIO_CRDS {
+        cp_tests::manifest::delete_crd(admin, crd)
+            .await
+            .expect("delete Istio CRD");
+    }
+    create_default_cr(admin, NS, "connectivity-proxy").await;
+    let cr = wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Warning,
+        Some("IstioCRDsMissing"),
+        Duration::from_secs(15),
+    )
+    .await;
+    let description = cr.status.and_then(|s| s.description).unwrap_or_default();
+    for crd in cp_api::names::ISTIO_CRDS {
+        assert!(
+            description.contains(crd),
+            "description names {crd}: {description}"
+        );
+    }
+    assert!(
+        get(admin, Kind::StatefulSet, Some(NS), "connectivity-proxy")
+            .await
+            .is_none(),
+        "nothing applied"
+    );
+    install_istio(admin).await;
+    wait_all_exist(admin).await;
+    mark_statefulset_ready(admin, NS).await;
+    wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Ready,
+        None,
+        Duration::from_secs(15),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn changes_propagate_and_drift_is_repaired() {
+    let env = scenario().await;
+    let admin = &env.admin;
+    create_default_cr(admin, NS, "connectivity-proxy").await;
+    wait_all_exist(admin).await;
+    mark_statefulset_ready(admin, NS).await;
+    wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Ready,
+        None,
+        Duration::from_secs(15),
+    )
+    .await;
+
+    let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
+    let edit = json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": 20555}}}}}});
+    let start = Instant::now();
+    crs.patch(
+        "connectivity-proxy",
+        &PatchParams::default(),
+        &Patch::Merge(&edit),
+    )
+    .await
+    .expect("edit");
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), NS);
+    let svcs: Api<Service> = Api::namespaced(admin.clone(), NS);
+    cp_tests::wait::until(
+        "the port change reaches the ConfigMap and Service",
+        Duration::from_secs(5),
+        || {
+            let (cms, svcs) = (cms.clone(), svcs.clone());
+            async move {
+                let info = cms
+                    .get("connectivity-proxy-info")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let port = info
+                    .data
+                    .and_then(|d| d.get("onpremise_proxy_http_port").cloned())
+                    .unwrap_or_default();
+                let svc = svcs
+                    .get("connectivity-proxy")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let has = svc
+                    .spec
+                    .and_then(|s| s.ports)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|p| p.port == 20555);
+                Ok((port == "20555" && has).then_some(()))
+            }
+        },
+    )
+    .await
+    .expect("propagated");
+    println!(
+        "CR edit reached the ConfigMap and Service in {:?}",
+        start.elapsed()
+    );
+
+    // A deleted managed Service comes back.
+    svcs.delete("connectivity-proxy-tunnel", &DeleteParams::default())
+        .await
+        .expect("delete service");
+    cp_tests::wait::until(
+        "the deleted Service is recreated",
+        Duration::from_secs(5),
+        || {
+            let svcs = svcs.clone();
+            async move {
+                Ok(svcs
+                    .get_opt("connectivity-proxy-tunnel")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map(|_| ()))
+            }
+        },
+    )
+    .await
+    .expect("recreated");
+
+    // A hand edit of a managed ConfigMap is reverted.
+    let hack = json!({"data": {"onpremise_proxy_http_port": "1"}});
+    cms.patch(
+        "connectivity-proxy-info",
+        &PatchParams::default(),
+        &Patch::Merge(&hack),
+    )
+    .await
+    .expect("hand edit");
+    cp_tests::wait::until("the hand edit is reverted", Duration::from_secs(5), || {
+        let cms = cms.clone();
+        async move {
+            let info = cms
+                .get("connectivity-proxy-info")
+                .await
+                .map_err(|e| e.to_string())?;
+            let port = info
+                .data
+                .and_then(|d| d.get("onpremise_proxy_http_port").cloned())
+                .unwrap_or_default();
+            Ok((port == "20555").then_some(()))
+        }
+    })
+    .await
+    .expect("reverted");
+}
+
+#[tokio::test]
+async fn a_second_cr_gets_a_warning_and_changes_nothing() {
+    let env = scenario().await;
+    let admin = &env.admin;
+    create_default_cr(admin, NS, "connectivity-proxy").await;
+    wait_all_exist(admin).await;
+    mark_statefulset_ready(admin, NS).await;
+    wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Ready,
+        None,
+        Duration::from_secs(15),
+    )
+    .await;
+    let other_ns = env.cp.namespace("second-cr").await.expect("ns");
+    let offset = env.cp.audit_offset();
+    create_default_cr(admin, &other_ns, "another").await;
+    let cr = wait_state(
+        admin,
+        &other_ns,
+        "another",
+        State::Warning,
+        Some("DuplicateConnectivityProxy"),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        cr.status
+            .and_then(|s| s.description)
+            .unwrap_or_default()
+            .contains("kyma-system/connectivity-proxy")
+    );
+    wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Ready,
+        None,
+        Duration::from_secs(5),
+    )
+    .await;
+    let writes = env.cp.audit_writes_since(offset).expect("audit");
+    let touched: Vec<_> = writes
+        .iter()
+        .filter(|w| w.user == CONTROLLER_USER && w.resource != "leases" && w.resource != "events")
+        .filter(|w| !(w.resource == "connectivityproxies/status" && w.name == "another"))
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "the second CR made the controller write: {touched:?}"
+    );
+}
+
+#[tokio::test]
+async fn steady_state_issues_no_writes() {
+    let env = scenario().await;
+    let admin = &env.admin;
+    create_default_cr(admin, NS, "connectivity-proxy").await;
+    wait_all_exist(admin).await;
+    mark_statefulset_ready(admin, NS).await;
+    wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Ready,
+        None,
+        Duration::from_secs(15),
+    )
+    .await;
+    // Let the reconcile that follows Ready settle, then observe a window of resyncs (every 3 s).
+    let settled = env
+        .controller
+        .metric("cp_controller_reconcile_total{result=\"success\"}")
+        .await;
+    cp_tests::wait::until("one more resync", Duration::from_secs(10), || async move {
+        let now = env
+            .controller
+            .metric("cp_controller_reconcile_total{result=\"success\"}")
+            .await;
+        Ok((now > settled).then_some(()))
+    })
+    .await
+    .expect("resync");
+    let offset = env.cp.audit_offset();
+    let before = env
+        .controller
+        .metric("cp_controller_reconcile_total{result=\"success\"}")
+        .await;
+    tokio::time::sleep(Duration::from_secs(30)).await; // the observation window, not synchronisation
+    let after = env
+        .controller
+        .metric("cp_controller_reconcile_total{result=\"success\"}")
+        .await;
+    assert!(
+        after - before >= 5.0,
+        "only {} reconciles in 30 s: the window saw no resyncs",
+        after - before
+    );
+    let writes: Vec<_> = env
+        .cp
+        .audit_writes_since(offset)
+        .expect("audit")
+        .into_iter()
+        .filter(|w| w.user == CONTROLLER_USER && w.resource != "leases")
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "{} reconciles, but writes: {writes:?}",
+        after - before
+    );
+    println!(
+        "steady state: {} reconciles in 30 s, 0 writes (lease renewals excluded)",
+        after - before
+    );
+}
+
+#[tokio::test]
+async fn deletion_waits_for_service_mappings_then_removes_everything() {
+    let env = scenario().await;
+    let admin = &env.admin;
+    create_default_cr(admin, NS, "connectivity-proxy").await;
+    wait_all_exist(admin).await;
+    create_mapping(admin, "blocker-1").await;
+    create_mapping(admin, "blocker-2").await;
+    let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
+    crs.delete("connectivity-proxy", &DeleteParams::default())
+        .await
+        .expect("delete CR");
+    let cr = wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Warning,
+        Some("DeletionBlockedByServiceMappings"),
+        Duration::from_secs(10),
+    )
+    .await;
+    let description = cr.status.and_then(|s| s.description).unwrap_or_default();
+    assert!(
+        description.contains("blocker-1") && description.contains("blocker-2"),
+        "{description}"
+    );
+    for (kind, ns, name) in MANAGED {
+        assert!(
+            get(admin, kind, ns, name).await.is_some(),
+            "{kind:?} {name} removed while blocked"
+        );
+    }
+    let maps: Api<cp_api::ServiceMapping> = Api::all(admin.clone());
+    for m in ["blocker-1", "blocker-2"] {
+        maps.delete(m, &DeleteParams::default())
+            .await
+            .expect("delete mapping");
+    }
+    cp_tests::wait::until(
+        "the CR and every managed object are gone",
+        Duration::from_secs(20),
+        || {
+            let crs = crs.clone();
+            async move {
+                if crs
+                    .get_opt("connectivity-proxy")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_some()
+                {
+                    return Err("CR still there".into());
+                }
+                for (kind, ns, name) in MANAGED {
+                    if get(admin, kind, ns, name).await.is_some() {
+                        return Err(format!("{kind:?} {name} still there"));
+                    }
+                }
+                Ok(Some(()))
+            }
+        },
+    )
+    .await
+    .expect("all gone");
+}

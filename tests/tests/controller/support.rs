@@ -1,0 +1,231 @@
+//! Shared setup of the controller tests.
+
+use std::time::Duration;
+
+use cp_api::{ConnectivityProxy, ServiceMapping, State};
+use cp_tests::controller::ControllerProcess;
+use cp_tests::{ControlPlane, manifest};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::{Mutex, MutexGuard, OnceCell};
+
+use crate::common::{control_plane, install_our_crds, reference};
+
+pub const NS: &str = "kyma-system";
+pub const DOMAIN: &str = "c-123.kyma.example.com";
+pub const ISTIO_CRDS: &str = "crds/istio.io.yaml";
+
+static SCENARIO: Mutex<()> = Mutex::const_new(());
+
+/// Everything a controller test needs.
+pub struct Env {
+    pub cp: std::sync::Arc<ControlPlane>,
+    pub admin: Client,
+    pub controller: &'static ControllerProcess,
+    _turn: MutexGuard<'static, ()>,
+}
+
+/// Takes this test's turn, makes sure the cluster is clean, Istio is installed and shoot-info has a
+/// domain, and that the controller runs.
+pub async fn scenario() -> Env {
+    let turn = SCENARIO.lock().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    install_our_crds(&admin).await;
+    cp_tests::cluster::ensure_namespace(&admin, NS)
+        .await
+        .expect("kyma-system");
+    install_istio(&admin).await;
+    install_btp(&admin).await;
+    set_domain(&admin, Some(DOMAIN)).await;
+    static CONTROLLER: OnceCell<ControllerProcess> = OnceCell::const_new();
+    let controller = CONTROLLER
+        .get_or_init(|| async {
+            ControllerProcess::start(
+                &control_plane(),
+                "cp-controller",
+                &["--resync-seconds=3", "--lease-seconds=6"],
+            )
+            .await
+            .expect("controller starts")
+        })
+        .await;
+    clean(&admin).await;
+    Env {
+        cp,
+        admin,
+        controller,
+        _turn: turn,
+    }
+}
+
+pub async fn install_istio(admin: &Client) {
+    manifest::apply_file(admin, &reference(ISTIO_CRDS), None)
+        .await
+        .expect("Istio CRDs");
+}
+
+pub async fn install_btp(admin: &Client) {
+    for f in [
+        "crds/services.cloud.sap.com_serviceinstances.yaml",
+        "crds/services.cloud.sap.com_servicebindings.yaml",
+    ] {
+        manifest::apply_file(admin, &reference(f), None)
+            .await
+            .expect("BTP CRDs");
+    }
+}
+
+pub async fn set_domain(admin: &Client, domain: Option<&str>) {
+    let api: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-system");
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shoot-info"},
+        "data": domain.map(|d| json!({"domain": d})).unwrap_or(json!({}))});
+    api.patch(
+        "shoot-info",
+        &PatchParams::apply("cp-test").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .expect("shoot-info");
+}
+
+/// Deletes every CR and ServiceMapping and waits until they are gone.
+pub async fn clean(admin: &Client) {
+    let maps: Api<ServiceMapping> = Api::all(admin.clone());
+    let _ = maps
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+    let all: Api<ConnectivityProxy> = Api::all(admin.clone());
+    for cr in all.list(&ListParams::default()).await.expect("list").items {
+        let api: Api<ConnectivityProxy> =
+            Api::namespaced(admin.clone(), &cr.namespace().unwrap_or_default());
+        let _ = api.delete(&cr.name_any(), &DeleteParams::default()).await;
+    }
+    cp_tests::wait::until(
+        "no ConnectivityProxy and no ServiceMapping left",
+        Duration::from_secs(30),
+        || {
+            let (all, maps) = (all.clone(), maps.clone());
+            async move {
+                let n = all
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .items
+                    .len();
+                let m = maps
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .items
+                    .len();
+                Ok((n == 0 && m == 0).then_some(()))
+            }
+        },
+    )
+    .await
+    .expect("clean cluster");
+}
+
+/// Creates the Kyma default CR (webhook-less: the controller uses the release's deployment defaults).
+pub async fn create_default_cr(admin: &Client, ns: &str, name: &str) -> ConnectivityProxy {
+    let v = crate::common::default_cr(name);
+    let cr: ConnectivityProxy = serde_json::from_value(v).expect("typed");
+    Api::<ConnectivityProxy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &cr)
+        .await
+        .expect("create CR")
+}
+
+/// Waits until the CR reports `state` with `reason` in some condition; returns it.
+pub async fn wait_state(
+    admin: &Client,
+    ns: &str,
+    name: &str,
+    state: State,
+    reason: Option<&str>,
+    within: Duration,
+) -> ConnectivityProxy {
+    let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), ns);
+    cp_tests::wait::until(
+        &format!("{ns}/{name} in state {state} ({reason:?})"),
+        within,
+        || {
+            let api = api.clone();
+            async move {
+                let cr = api.get(name).await.map_err(|e| e.to_string())?;
+                let st = cr.status.clone().unwrap_or_default();
+                let reason_ok = reason.is_none_or(|r| st.conditions.iter().any(|c| c.reason == r));
+                if st.state == Some(state) && reason_ok {
+                    Ok(Some(cr))
+                } else {
+                    Err(format!(
+                        "status is {:?}: {:?}; conditions {:?}",
+                        st.state,
+                        st.description,
+                        st.conditions
+                            .iter()
+                            .map(|c| (&c.type_, &c.status, &c.reason))
+                            .collect::<Vec<_>>()
+                    ))
+                }
+            }
+        },
+    )
+    .await
+    .expect("state reached")
+}
+
+/// Plays the kubelet and the StatefulSet controller: marks the StatefulSet's replicas ready.
+pub async fn mark_statefulset_ready(admin: &Client, ns: &str) {
+    let api: Api<StatefulSet> = Api::namespaced(admin.clone(), ns);
+    let sts = cp_tests::wait::until(
+        "StatefulSet connectivity-proxy exists",
+        Duration::from_secs(10),
+        || {
+            let api = api.clone();
+            async move {
+                api.get_opt("connectivity-proxy")
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        },
+    )
+    .await
+    .expect("StatefulSet");
+    let replicas = sts.spec.replicas.unwrap_or(1);
+    let status = json!({"status": {
+        "replicas": replicas, "readyReplicas": replicas, "updatedReplicas": replicas,
+        "currentReplicas": replicas, "availableReplicas": replicas,
+        "observedGeneration": sts.metadata.generation.unwrap_or(1)
+    }});
+    api.patch_status(
+        "connectivity-proxy",
+        &PatchParams::default(),
+        &Patch::Merge(&status),
+    )
+    .await
+    .expect("StatefulSet status");
+}
+
+/// A ServiceMapping created as admin.
+pub async fn create_mapping(admin: &Client, name: &str) {
+    let m = ServiceMapping {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: serde_json::from_value(
+            json!({"type": "TCP", "serviceId": name, "internalAddress": "svc.ns:80"}),
+        )
+        .expect("spec"),
+        status: None,
+    };
+    Api::<ServiceMapping>::all(admin.clone())
+        .create(&PostParams::default(), &m)
+        .await
+        .expect("mapping");
+}
