@@ -18,7 +18,7 @@ build:
 
 ## Regenerate the CRDs from the Rust types.
 manifests:
-	cargo run -q -p cp-api --bin crdgen -- manifests/crds
+	cargo run -q -p cp-api --bin crdgen -- manifests
 
 fmt:
 	cargo fmt --all

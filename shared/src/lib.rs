@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission_config;
+pub mod bundle;
 pub mod cp;
 pub mod crds;
 pub mod defaults;

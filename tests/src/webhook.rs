@@ -72,6 +72,18 @@ impl Webhook {
         std::fs::write(&key_file, &leaf.key_pem)?;
         let port = free_port()?;
         let metrics_port = free_port()?;
+        // Run as the webhook's own ServiceAccount with exactly the manifest's permissions.
+        let admin = cp.admin().await?;
+        crate::cluster::ensure_namespace(&admin, "kyma-system").await?;
+        let rbac = crate::workspace_root().join("manifests/rbac/webhook.yaml");
+        crate::manifest::apply_file(&admin, &rbac, None).await?;
+        let identity = crate::cluster::Identity::ServiceAccount {
+            namespace: "kyma-system".into(),
+            name: "connectivity-proxy-webhook".into(),
+        };
+        let kubeconfig = cp
+            .write_kubeconfig(&format!("{name}.kubeconfig"), &identity)
+            .await?;
         let bin = crate::own_bin_dir().join("cp-webhook");
         anyhow::ensure!(
             bin.exists(),
@@ -79,7 +91,7 @@ impl Webhook {
             bin.display()
         );
         let mut cmd = Command::new(&bin);
-        cmd.env("KUBECONFIG", &cp.admin_kubeconfig)
+        cmd.env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "info")
             .arg(format!("--addr=127.0.0.1:{port}"))
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
@@ -135,6 +147,25 @@ impl Webhook {
             .await
             .context("registering the validating webhook")?;
         Ok(())
+    }
+
+    /// Rewrites the client configuration of a (Mutating|Validating)WebhookConfiguration object so the
+    /// API server calls this local webhook instead of the in-cluster Service (tests never send traffic
+    /// to a ClusterIP).
+    pub fn point_at_me(&self, obj: &mut kube::api::DynamicObject) {
+        use base64::Engine;
+        let ca = base64::engine::general_purpose::STANDARD.encode(self.ca.cert_pem.as_bytes());
+        if let Some(hooks) = obj.data.get_mut("webhooks").and_then(|w| w.as_array_mut()) {
+            for hook in hooks {
+                let path = hook
+                    .pointer("/clientConfig/service/path")
+                    .and_then(|p| p.as_str())
+                    .unwrap_or("/")
+                    .to_string();
+                hook["clientConfig"] =
+                    serde_json::json!({"url": format!("{}{path}", self.url), "caBundle": ca});
+            }
+        }
     }
 
     /// A client whose base URL is the webhook itself (for direct, malformed requests).

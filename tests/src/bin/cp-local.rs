@@ -1,12 +1,25 @@
-//! `make run`: a local control plane with the module installed and the default CR applied; stays up
-//! until Ctrl-C, then stops every process it started.
+//! `make run`: a local control plane with the module installed (CRDs, RBAC, the webhook registered in
+//! the API server, the controller), Istio's and the BTP operator's CRDs, and the default CR. Prints
+//! the CR's status as it changes; Ctrl-C stops every process it started.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
-use cp_tests::cluster::{ControlPlane, Options, k8s_bin_dir};
+use cp_api::{ConnectivityProxy, names};
+use cp_tests::cluster::{ControlPlane, Options, ensure_namespace, k8s_bin_dir};
+use cp_tests::controller::ControllerProcess;
+use cp_tests::webhook::Webhook;
 use cp_tests::{manifest, reference_dir, workspace_root};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+/// The cluster domain `make run` pretends to have (so the tunnel host is `cp.local.kyma.dev`).
+const DOMAIN: &str = "local.kyma.dev";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -26,9 +39,7 @@ async fn main() -> anyhow::Result<()> {
 
     let crds = workspace_root().join("manifests/crds");
     for entry in std::fs::read_dir(&crds).with_context(|| format!("reading {}", crds.display()))? {
-        let path = entry?.path();
-        manifest::apply_file(&client, &path, None).await?;
-        println!(">> applied {}", path.display());
+        manifest::apply_file(&client, &entry?.path(), None).await?;
     }
     for f in [
         "crds/istio.io.yaml",
@@ -36,27 +47,124 @@ async fn main() -> anyhow::Result<()> {
         "crds/services.cloud.sap.com_servicebindings.yaml",
     ] {
         manifest::apply_file(&client, &reference_dir().join(f), None).await?;
-        println!(">> applied {f} (Istio and the BTP operator are \"installed\")");
     }
-    cp_tests::cluster::ensure_namespace(&client, cp_api::names::KYMA_SYSTEM).await?;
+    println!(">> installed our CRDs and the CRDs of Istio and the SAP BTP service operator");
+    ensure_namespace(&client, names::KYMA_SYSTEM).await?;
+    let shoot_info = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": names::SHOOT_INFO, "namespace": names::SHOOT_INFO_NAMESPACE},
+        "data": {"domain": DOMAIN}});
+    manifest::apply_object(&client, serde_json::from_value(shoot_info)?, None).await?;
+
+    let webhook = Webhook::start(&cp, "cp-webhook", &[]).await?;
+    webhook.register(&client).await?;
+    println!(
+        ">> webhook serving at {} and registered in the API server",
+        webhook.url
+    );
+    let controller = ControllerProcess::start(&cp, "cp-controller", &[]).await?;
+    println!(
+        ">> controller running (metrics at http://{}/metrics)",
+        controller.metrics_addr
+    );
+
     let default_cr = reference_dir().join("examples/kyma-default-cr.yaml");
-    manifest::apply_file(&client, &default_cr, Some(cp_api::names::KYMA_SYSTEM)).await?;
-    println!(">> applied the default CR {}", default_cr.display());
+    manifest::apply_file(&client, &default_cr, Some(names::KYMA_SYSTEM)).await?;
+    println!(
+        ">> applied the default CR the module manager creates ({})\n",
+        default_cr.display()
+    );
 
     let kubectl = k8s_bin_dir()?.join("kubectl");
-    let kc = cp.admin_kubeconfig.display();
     println!(
-        "\nThe local control plane is up at {server}.\n\
+        "The local control plane is up at {server}. In another shell:\n\
          \n  export KUBECONFIG={kc}\n  alias kubectl={kubectl}\n\
-         \nTry:\n  kubectl get cp -A\n  kubectl get cp connectivity-proxy -n kyma-system -o yaml\n  kubectl explain connectivityproxy.spec.config\n\
-         \nPress Ctrl-C to stop everything.",
+         \n  kubectl get cp -A                                   # State column\n\
+         \x20 kubectl get cp connectivity-proxy -n kyma-system -o yaml   # spec.deployment was injected by the webhook\n\
+         \x20 kubectl get statefulset,svc,cm,gateway,virtualservice -n kyma-system\n\
+         \x20 kubectl patch cp connectivity-proxy -n kyma-system --type merge -p '{{\"spec\":{{\"deployment\":{{\"replicaCount\":3}}}}}}'\n\
+         \x20     # refused by the webhook: spec.deployment is protected\n\
+         \x20 kubectl patch cp connectivity-proxy -n kyma-system --type merge -p '{{\"spec\":{{\"config\":{{\"servers\":{{\"proxy\":{{\"http\":{{\"port\":20010}}}}}}}}}}}}'\n\
+         \x20     # allowed: ConfigMap connectivity-proxy-info follows within a second\n\
+         \nLogs: {dir}/cp-webhook.log, {dir}/cp-controller.log. Press Ctrl-C to stop everything.\n",
         server = cp.server,
+        kc = cp.admin_kubeconfig.display(),
         kubectl = kubectl.display(),
+        dir = dir.display(),
     );
-    tokio::signal::ctrl_c().await?;
+
+    tokio::select! {
+        r = follow(client.clone()) => r?,
+        _ = tokio::signal::ctrl_c() => {}
+    }
     println!("\n>> stopping");
     drop(client);
     tokio::task::spawn_blocking(move || drop(cp)).await?;
     println!(">> stopped; nothing is left running");
     Ok(())
+}
+
+/// Prints each state change of every CR and plays the kubelet for the StatefulSet (no kubelet runs
+/// here, so nothing else would ever mark its pods ready).
+async fn follow(client: kube::Client) -> anyhow::Result<()> {
+    let api: Api<ConnectivityProxy> = Api::all(client.clone());
+    let mut last = std::collections::HashMap::new();
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(cr) = stream.next().await {
+        let cr = cr?;
+        let key = format!(
+            "{}/{}",
+            cr.metadata.namespace.clone().unwrap_or_default(),
+            cr.metadata.name.clone().unwrap_or_default()
+        );
+        let status = cr.status.clone().unwrap_or_default();
+        let line = format!(
+            "{}: {}",
+            status
+                .state
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "(no state yet)".into()),
+            status.description.unwrap_or_default()
+        );
+        if last.get(&key) != Some(&line) {
+            println!("[status] {key} {line}");
+            last.insert(key.clone(), line);
+        }
+        if status
+            .conditions
+            .iter()
+            .any(|c| c.reason == "StatefulSetNotReady")
+        {
+            let ns = cr.metadata.namespace.clone().unwrap_or_default();
+            mark_ready(&client, &ns).await;
+        }
+    }
+    Ok(())
+}
+
+async fn mark_ready(client: &kube::Client, ns: &str) {
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let Ok(Some(sts)) = api.get_opt(names::STATEFULSET).await else {
+        return;
+    };
+    let replicas = sts.spec.replicas.unwrap_or(1);
+    let status = json!({"status": {"replicas": replicas, "readyReplicas": replicas, "updatedReplicas": replicas,
+        "currentReplicas": replicas, "availableReplicas": replicas, "observedGeneration": sts.metadata.generation.unwrap_or(1)}});
+    tokio::time::sleep(Duration::from_secs(2)).await; // let a person see Processing first
+    if api
+        .patch_status(
+            names::STATEFULSET,
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await
+        .is_ok()
+    {
+        println!(
+            "[make run] no kubelet runs here: marked StatefulSet {ns}/{} ready, as a kubelet would",
+            names::STATEFULSET
+        );
+    }
 }

@@ -161,14 +161,91 @@ async fn cr_with_every_field_round_trips() {
 }
 
 #[tokio::test]
-async fn committed_crds_equal_generated() {
-    for (file, yaml) in cp_api::crds::rendered().expect("render") {
-        let path = crate::common::manifest_path(&format!("crds/{file}"));
+async fn committed_manifests_equal_generated() {
+    let dir = cp_tests::workspace_root().join("manifests");
+    for (rel, content) in cp_api::bundle::generated(&dir).expect("render") {
+        let path = dir.join(&rel);
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(
-            committed == yaml,
-            "{} differs from what the types generate; run `make manifests` and commit",
+            committed == content,
+            "{} differs from what `make manifests` generates; run it and commit",
             path.display()
         );
     }
+}
+
+#[tokio::test]
+async fn rendered_bundle_applies_with_server_side_apply() {
+    let cp = control_plane();
+    let client = cp.admin().await.expect("admin client");
+    cp_tests::cluster::ensure_namespace(&client, "kyma-system")
+        .await
+        .expect("kyma-system");
+    let wh = crate::common::webhook().await;
+    let bundle = std::fs::read_to_string(crate::common::manifest_path(cp_api::bundle::BUNDLE))
+        .expect("bundle");
+    let mut applied = Vec::new();
+    for mut obj in manifest::parse_documents(&bundle).expect("parse bundle") {
+        if obj
+            .types
+            .as_ref()
+            .is_some_and(|t| t.kind.ends_with("WebhookConfiguration"))
+        {
+            wh.point_at_me(&mut obj);
+        }
+        let is_crd = obj
+            .types
+            .as_ref()
+            .is_some_and(|t| t.kind == "CustomResourceDefinition");
+        let o = manifest::apply_object(&client, obj, None)
+            .await
+            .expect("bundle object applies");
+        if is_crd {
+            manifest::wait_crd_established(&client, &o.metadata.name.clone().unwrap_or_default())
+                .await
+                .expect("established");
+        }
+        applied.push(o);
+    }
+    let kinds: std::collections::BTreeSet<String> = applied
+        .iter()
+        .filter_map(|o| o.types.as_ref().map(|t| t.kind.clone()))
+        .collect();
+    for k in [
+        "CustomResourceDefinition",
+        "Deployment",
+        "Service",
+        "ClusterRole",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+        "PodDisruptionBudget",
+    ] {
+        assert!(kinds.contains(k), "bundle has no {k}: {kinds:?}");
+    }
+    // The default CR is then admitted through the webhook.
+    let ns = cp.namespace("bundle-default-cr").await.expect("namespace");
+    let alice = cp
+        .client(&cp_tests::cluster::Identity::User {
+            name: crate::common::ALICE.into(),
+            groups: vec![],
+        })
+        .await
+        .expect("alice");
+    let yaml = std::fs::read_to_string(crate::common::manifest_path("default-cr.yaml"))
+        .expect("default CR");
+    let mut cr = manifest::parse_documents(&yaml).expect("parse").remove(0);
+    cr.metadata.namespace = Some(ns.clone());
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        alice,
+        &ns,
+        &kube::api::ApiResource::erase::<ConnectivityProxy>(&()),
+    );
+    let stored = api
+        .create(&PostParams::default(), &cr)
+        .await
+        .expect("default CR admitted");
+    assert_eq!(
+        stored.data["spec"]["deployment"],
+        cp_api::defaults::deployment_defaults_json()
+    );
 }
