@@ -5,6 +5,7 @@
 mod inspect;
 mod issue;
 pub mod renewal;
+pub mod rotation;
 
 pub use inspect::{CertInfo, inspect, split_bundle, verify_chain};
 pub use issue::{Ca, KeyAlgorithm, Leaf, LeafSpec, Usage};

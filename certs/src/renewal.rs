@@ -71,7 +71,12 @@ pub enum Reason {
 }
 
 /// Decides whether a certificate valid from `not_before` to `not_after` must be renewed at `now`.
-pub fn decide(now: OffsetDateTime, not_before: OffsetDateTime, not_after: OffsetDateTime, policy: &Policy) -> Decision {
+pub fn decide(
+    now: OffsetDateTime,
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+    policy: &Policy,
+) -> Decision {
     if not_after <= not_before {
         return Decision::Renew(Reason::Malformed);
     }
@@ -82,7 +87,8 @@ pub fn decide(now: OffsetDateTime, not_before: OffsetDateTime, not_after: Offset
         return Decision::Renew(Reason::NotYetValid);
     }
     let own_lifetime = not_after - not_before;
-    let by_fraction = not_before + own_lifetime * Policy::RENEW_FRACTION_NUM / Policy::RENEW_FRACTION_DEN;
+    let by_fraction =
+        not_before + own_lifetime * Policy::RENEW_FRACTION_NUM / Policy::RENEW_FRACTION_DEN;
     let by_margin = not_after - policy.margin();
     let renew_at = by_fraction.min(by_margin);
     if now >= renew_at {
@@ -108,15 +114,24 @@ mod tests {
     fn fresh_certificate_is_kept_until_two_thirds() {
         let p = day();
         let (nb, na) = (t(0), t(86400));
-        assert_eq!(decide(t(10), nb, na, &p), Decision::Keep { renew_at: t(57600) });
+        assert_eq!(
+            decide(t(10), nb, na, &p),
+            Decision::Keep { renew_at: t(57600) }
+        );
         assert_eq!(decide(t(57600), nb, na, &p), Decision::Renew(Reason::Due));
     }
 
     #[test]
     fn expired_and_exactly_expired() {
         let p = day();
-        assert_eq!(decide(t(86400), t(0), t(86400), &p), Decision::Renew(Reason::Expired));
-        assert_eq!(decide(t(99999), t(0), t(86400), &p), Decision::Renew(Reason::Expired));
+        assert_eq!(
+            decide(t(86400), t(0), t(86400), &p),
+            Decision::Renew(Reason::Expired)
+        );
+        assert_eq!(
+            decide(t(99999), t(0), t(86400), &p),
+            Decision::Renew(Reason::Expired)
+        );
     }
 
     #[test]
@@ -124,8 +139,14 @@ mod tests {
         let p = day();
         // skew = min(1 day / 20, 5 min) = 5 min
         assert_eq!(p.skew(), Duration::minutes(5));
-        assert!(matches!(decide(t(0), t(200), t(86400), &p), Decision::Keep { .. }), "a 200 s skew is tolerated");
-        assert_eq!(decide(t(0), t(400), t(86400), &p), Decision::Renew(Reason::NotYetValid));
+        assert!(
+            matches!(decide(t(0), t(200), t(86400), &p), Decision::Keep { .. }),
+            "a 200 s skew is tolerated"
+        );
+        assert_eq!(
+            decide(t(0), t(400), t(86400), &p),
+            Decision::Renew(Reason::NotYetValid)
+        );
     }
 
     #[test]
@@ -134,7 +155,12 @@ mod tests {
         // (4 h) before it expires, not after two thirds of its year... whichever is earlier.
         let p = day();
         let d = decide(t(0), t(0), t(365 * 86400), &p);
-        assert_eq!(d, Decision::Keep { renew_at: t(365 * 86400 * 2 / 3) });
+        assert_eq!(
+            d,
+            Decision::Keep {
+                renew_at: t(365 * 86400 * 2 / 3)
+            }
+        );
         // A short foreign certificate: the margin comes first.
         let d = decide(t(0), t(0), t(5 * 3600), &p);
         assert_eq!(d, Decision::Keep { renew_at: t(3600) });
@@ -148,14 +174,27 @@ mod tests {
         let (nb, na) = p.validity(t(0));
         assert_eq!((nb, na), (t(-1), t(20)));
         match decide(t(0), nb, na, &p) {
-            Decision::Keep { renew_at } => assert!(renew_at > t(0) && renew_at < na - p.margin() + Duration::milliseconds(1)),
+            Decision::Keep { renew_at } => {
+                assert!(renew_at > t(0) && renew_at < na - p.margin() + Duration::milliseconds(1))
+            }
             other => panic!("{other:?}"),
         }
-        assert_eq!(decide(t(0), t(5), t(5), &p), Decision::Renew(Reason::Malformed));
+        assert_eq!(
+            decide(t(0), t(5), t(5), &p),
+            Decision::Renew(Reason::Malformed)
+        );
         let zero = Policy::new(Duration::ZERO);
         assert_eq!(zero.margin(), Duration::ZERO);
-        assert_eq!(decide(t(0), t(0), t(1), &zero), Decision::Keep { renew_at: t(0) + Duration::seconds(2) / 3 });
-        assert_eq!(decide(t(1), t(0), t(1), &zero), Decision::Renew(Reason::Expired));
+        assert_eq!(
+            decide(t(0), t(0), t(1), &zero),
+            Decision::Keep {
+                renew_at: t(0) + Duration::seconds(2) / 3
+            }
+        );
+        assert_eq!(
+            decide(t(1), t(0), t(1), &zero),
+            Decision::Renew(Reason::Expired)
+        );
     }
 
     #[test]
@@ -172,7 +211,11 @@ mod tests {
         let (nb, na) = p.validity(t(0));
         let before = decide(t(10), nb, na, &p);
         let after = decide(t(10 - 3600), nb, na, &p);
-        assert_eq!(after, Decision::Renew(Reason::NotYetValid), "an hour is beyond the tolerated skew");
+        assert_eq!(
+            after,
+            Decision::Renew(Reason::NotYetValid),
+            "an hour is beyond the tolerated skew"
+        );
         assert!(matches!(before, Decision::Keep { .. }));
     }
 }

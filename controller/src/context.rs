@@ -17,6 +17,8 @@ use crate::metrics::Metrics;
 pub struct Settings {
     /// How often a healthy CR is reconciled anyway (reads only unless something drifted).
     pub resync: Duration,
+    /// Business-tunnel certificate settings.
+    pub tunnel: crate::certificates::TunnelCertSettings,
 }
 
 /// Shared state of the reconciler.

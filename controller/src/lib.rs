@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod apply;
+pub mod certificates;
 pub mod context;
 pub mod deletion;
 pub mod desired;
@@ -26,6 +27,9 @@ pub enum Error {
     /// (De)serialisation failed.
     #[error("serialisation: {0}")]
     Serde(#[from] serde_json::Error),
+    /// A certificate could not be issued.
+    #[error("certificate: {0}")]
+    Certificate(String),
 }
 
 impl Error {
@@ -42,6 +46,7 @@ impl Error {
         match self {
             Error::Kube { .. } => "kube",
             Error::Serde(_) => "serde",
+            Error::Certificate(_) => "certificate",
         }
     }
 }

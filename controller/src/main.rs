@@ -12,6 +12,7 @@ use axum::routing::get;
 use clap::Parser;
 use cp_api::{ConnectivityProxy, ServiceMapping, names};
 use cp_controller::apply::Applier;
+use cp_controller::certificates::{TunnelCertSettings, WebhookCertSettings, run_webhook_certs};
 use cp_controller::context::{Ctx, Settings};
 use cp_controller::leader::{self, LeaseConfig};
 use cp_controller::metrics::Metrics;
@@ -58,6 +59,40 @@ struct Args {
     /// This replica's identity (the pod name).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// Issue and rotate the webhook's serving certificate and keep the CA bundle in both webhook configurations.
+    #[arg(long, env = "CP_MANAGE_WEBHOOK_CERTS", default_value_t = true, action = clap::ArgAction::Set)]
+    manage_webhook_certs: bool,
+    /// Namespace of the webhook Service and its certificate Secrets.
+    #[arg(long, env = "CP_WEBHOOK_NAMESPACE", default_value = "kyma-system")]
+    webhook_namespace: String,
+    /// Name of the webhook Service (the certificate's DNS names derive from it).
+    #[arg(
+        long,
+        env = "CP_WEBHOOK_SERVICE",
+        default_value = "connectivity-proxy-operator-webhook"
+    )]
+    webhook_service: String,
+    /// Extra IP addresses in the webhook certificate (comma-separated; 127.0.0.1 for a local webhook).
+    #[arg(long, env = "CP_WEBHOOK_IPS", value_delimiter = ',')]
+    webhook_ips: Vec<std::net::IpAddr>,
+    /// Lifetime of the webhook CA (seconds).
+    #[arg(long, env = "CP_WEBHOOK_CA_LIFETIME_SECONDS", default_value_t = 365 * 86400)]
+    webhook_ca_lifetime_seconds: i64,
+    /// Lifetime of the webhook serving certificate (seconds).
+    #[arg(long, env = "CP_WEBHOOK_CERT_LIFETIME_SECONDS", default_value_t = 90 * 86400)]
+    webhook_cert_lifetime_seconds: i64,
+    /// Time a new CA bundle or certificate needs to reach the API server and webhook replicas (seconds).
+    #[arg(long, env = "CP_CERT_PROPAGATION_SECONDS", default_value_t = 10)]
+    cert_propagation_seconds: i64,
+    /// Lifetime of the operator's own business-tunnel CA (seconds).
+    #[arg(long, env = "CP_TUNNEL_CA_LIFETIME_SECONDS", default_value_t = 5 * 365 * 86400)]
+    tunnel_ca_lifetime_seconds: i64,
+    /// Lifetime of the built-in business-tunnel certificate (seconds).
+    #[arg(long, env = "CP_TUNNEL_CERT_LIFETIME_SECONDS", default_value_t = 90 * 86400)]
+    tunnel_cert_lifetime_seconds: i64,
+    /// cert-manager issuer for the tunnel certificate, `Kind/name` (used when cert-manager is installed and Gardener is not).
+    #[arg(long, env = "CP_CERT_MANAGER_ISSUER")]
+    cert_manager_issuer: Option<String>,
 }
 
 #[derive(Clone)]
@@ -135,6 +170,15 @@ async fn main() -> anyhow::Result<()> {
         proxies: proxies.clone(),
         settings: Settings {
             resync: Duration::from_secs(args.resync_seconds),
+            tunnel: TunnelCertSettings {
+                ca_lifetime: time::Duration::seconds(args.tunnel_ca_lifetime_seconds),
+                cert_lifetime: time::Duration::seconds(args.tunnel_cert_lifetime_seconds),
+                cert_manager_issuer: args
+                    .cert_manager_issuer
+                    .as_deref()
+                    .and_then(|s| s.split_once('/'))
+                    .map(|(k, n)| (k.to_string(), n.to_string())),
+            },
         },
     });
     let all = |store: Store<ConnectivityProxy>| {
@@ -166,6 +210,21 @@ async fn main() -> anyhow::Result<()> {
     )
     .default_backoff()
     .touched_objects();
+
+    if args.manage_webhook_certs {
+        tokio::spawn(run_webhook_certs(
+            client.clone(),
+            WebhookCertSettings {
+                namespace: args.webhook_namespace.clone(),
+                service: args.webhook_service.clone(),
+                ips: args.webhook_ips.clone(),
+                ca_lifetime: time::Duration::seconds(args.webhook_ca_lifetime_seconds),
+                cert_lifetime: time::Duration::seconds(args.webhook_cert_lifetime_seconds),
+                propagation: time::Duration::seconds(args.cert_propagation_seconds),
+            },
+            metrics.clone(),
+        ));
+    }
 
     let ready_flag = health.ready.clone();
     let (c, m) = (crds.clone(), mappings.clone());

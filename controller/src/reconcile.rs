@@ -154,7 +154,48 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
 
     // Apply.
     let mappings = ctx.mappings.state();
-    let objects = desired::desired(cr, &resolved, &mappings);
+    let mut objects = desired::desired(cr, &resolved, &mappings);
+    let provider = crate::certificates::provider(
+        ctx.has_crd(names::GARDENER_CERT_CRD),
+        ctx.has_crd(names::CERT_MANAGER_CRD),
+        &ctx.settings.tunnel,
+    );
+    let (cert_objects, renew_at) = match crate::certificates::tunnel_objects(
+        &ctx.client,
+        cr,
+        &resolved,
+        provider,
+        &ctx.settings.tunnel,
+        &ctx.metrics,
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            let computed = Computed::blocked(
+                State::Error,
+                vec![deps, config],
+                Cond::failed(types::INSTALLED, "CertificateFailed", e.to_string()),
+            );
+            status::write(ctx, cr, &computed).await?;
+            return Err(e);
+        }
+    };
+    objects.extend(cert_objects);
+    // The next renewal is scheduled, not polled: requeue exactly when it is due.
+    let resync = match renew_at {
+        Some(at) => {
+            let until = (at - time::OffsetDateTime::now_utc())
+                .as_seconds_f64()
+                .max(0.05);
+            Action::requeue(
+                ctx.settings
+                    .resync
+                    .min(std::time::Duration::from_secs_f64(until)),
+            )
+        }
+        None => resync,
+    };
     if let Err(e) = apply_all(ctx, cr, &objects).await {
         let computed = Computed::blocked(
             State::Error,
@@ -273,10 +314,9 @@ async fn apply_all(
 
 /// Managed kinds whose API exists in the cluster.
 pub fn available_kinds(ctx: &Ctx) -> Vec<Kind> {
-    let istio = ctx.missing_crds(&names::ISTIO_CRDS).is_empty();
     Kind::ALL
         .into_iter()
-        .filter(|k| istio || !k.istio())
+        .filter(|k| k.crd().is_none_or(|crd| ctx.has_crd(crd)))
         .collect()
 }
 

@@ -102,6 +102,9 @@ pub const WEBHOOK_CA_SECRET: &str = "connectivity-proxy-webhook-ca";
 pub const CONTROLLER_SERVICE_ACCOUNT: &str = "connectivity-proxy-controller";
 pub const WEBHOOK_SERVICE_ACCOUNT: &str = "connectivity-proxy-webhook";
 
+/// Secret (in the CR's namespace) with the operator's own CA for the business tunnel.
+pub const TUNNEL_CA_SECRET: &str = "connectivity-proxy-tunnel-ca";
+
 /// Labels recording which CR a managed object belongs to (owner references cannot cross namespaces).
 pub const LABEL_OWNER_NAME: &str = "connectivityproxy.sap.com/owner-name";
 pub const LABEL_OWNER_NAMESPACE: &str = "connectivityproxy.sap.com/owner-namespace";

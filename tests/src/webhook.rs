@@ -24,8 +24,8 @@ pub struct Webhook {
     pub url: String,
     /// `127.0.0.1:<port>` of the plain-HTTP metrics server.
     pub metrics_addr: String,
-    /// The CA that signed its serving certificate.
-    pub ca: Ca,
+    /// The CA that signed its serving certificate (`None` when the controller issues it).
+    pub ca: Option<Ca>,
     /// Certificate file the webhook watches.
     pub cert_file: std::path::PathBuf,
     /// Key file the webhook watches.
@@ -58,18 +58,42 @@ impl Webhook {
         name: &str,
         extra_args: &[&str],
     ) -> anyhow::Result<Webhook> {
-        let now = OffsetDateTime::now_utc() - time::Duration::minutes(1);
-        let ca = Ca::generate(
-            "cp-webhook-test-ca",
-            now,
-            now + time::Duration::days(30),
-            KeyAlgorithm::default(),
-        )?;
-        let leaf = serving_cert(&ca, time::Duration::days(30))?;
+        Self::start_with(cp, name, extra_args, true).await
+    }
+
+    /// Like [`Webhook::start`], but the webhook serves the certificate the controller issues into
+    /// Secret `kyma-system/connectivity-proxy-webhook-cert` (watched, swapped without a restart).
+    pub async fn start_from_secret(
+        cp: &ControlPlane,
+        name: &str,
+        extra_args: &[&str],
+    ) -> anyhow::Result<Webhook> {
+        Self::start_with(cp, name, extra_args, false).await
+    }
+
+    async fn start_with(
+        cp: &ControlPlane,
+        name: &str,
+        extra_args: &[&str],
+        own_cert: bool,
+    ) -> anyhow::Result<Webhook> {
         let cert_file = cp.dir.join(format!("{name}.crt"));
         let key_file = cp.dir.join(format!("{name}.key"));
-        std::fs::write(&cert_file, &leaf.cert_pem)?;
-        std::fs::write(&key_file, &leaf.key_pem)?;
+        let ca = if own_cert {
+            let now = OffsetDateTime::now_utc() - time::Duration::minutes(1);
+            let ca = Ca::generate(
+                "cp-webhook-test-ca",
+                now,
+                now + time::Duration::days(30),
+                KeyAlgorithm::default(),
+            )?;
+            let leaf = serving_cert(&ca, time::Duration::days(30))?;
+            std::fs::write(&cert_file, &leaf.cert_pem)?;
+            std::fs::write(&key_file, &leaf.key_pem)?;
+            Some(ca)
+        } else {
+            None
+        };
         let port = free_port()?;
         let metrics_port = free_port()?;
         // Run as the webhook's own ServiceAccount with exactly the manifest's permissions.
@@ -95,10 +119,12 @@ impl Webhook {
             .env("RUST_LOG", "info")
             .arg(format!("--addr=127.0.0.1:{port}"))
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
-            .arg(format!("--tls-cert-file={}", cert_file.display()))
-            .arg(format!("--tls-key-file={}", key_file.display()))
-            .arg("--tls-reload-interval=200ms")
             .args(extra_args);
+        if own_cert {
+            cmd.arg(format!("--tls-cert-file={}", cert_file.display()))
+                .arg(format!("--tls-key-file={}", key_file.display()))
+                .arg("--tls-reload-interval=200ms");
+        }
         cp.spawn_process(name, &mut cmd)?;
         let wh = Webhook {
             url: format!("https://127.0.0.1:{port}"),
@@ -126,9 +152,9 @@ impl Webhook {
     /// Registers (or re-points) both webhook configurations at this webhook.
     pub async fn register(&self, client: &Client) -> anyhow::Result<()> {
         let endpoint = Endpoint::Url(self.url.clone());
-        let ca = self.ca.cert_pem.as_bytes();
+        let ca = self.ca.as_ref().map(|c| c.cert_pem.as_bytes());
         let pp = PatchParams::apply(HARNESS_MANAGER).force();
-        let m = admission_config::mutating(&endpoint, Some(ca));
+        let m = admission_config::mutating(&endpoint, ca);
         Api::<MutatingWebhookConfiguration>::all(client.clone())
             .patch(
                 cp_api::names::MUTATING_WEBHOOK_CONFIG,
@@ -137,7 +163,7 @@ impl Webhook {
             )
             .await
             .context("registering the mutating webhook")?;
-        let v = admission_config::validating(&endpoint, Some(ca));
+        let v = admission_config::validating(&endpoint, ca);
         Api::<ValidatingWebhookConfiguration>::all(client.clone())
             .patch(
                 cp_api::names::VALIDATING_WEBHOOK_CONFIG,
@@ -154,7 +180,10 @@ impl Webhook {
     /// to a ClusterIP).
     pub fn point_at_me(&self, obj: &mut kube::api::DynamicObject) {
         use base64::Engine;
-        let ca = base64::engine::general_purpose::STANDARD.encode(self.ca.cert_pem.as_bytes());
+        let ca = self
+            .ca
+            .as_ref()
+            .map(|c| base64::engine::general_purpose::STANDARD.encode(c.cert_pem.as_bytes()));
         if let Some(hooks) = obj.data.get_mut("webhooks").and_then(|w| w.as_array_mut()) {
             for hook in hooks {
                 let path = hook
@@ -171,7 +200,11 @@ impl Webhook {
     /// A client whose base URL is the webhook itself (for direct, malformed requests).
     pub fn direct_client(&self) -> anyhow::Result<Client> {
         let mut cfg = Config::new(self.url.parse()?);
-        cfg.root_cert = Some(vec![pem_to_der(&self.ca.cert_pem)?]);
+        let ca = self
+            .ca
+            .as_ref()
+            .context("this webhook's CA is the controller's")?;
+        cfg.root_cert = Some(vec![pem_to_der(&ca.cert_pem)?]);
         Ok(Client::try_from(cfg)?)
     }
 

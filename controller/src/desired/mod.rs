@@ -31,11 +31,13 @@ pub enum Kind {
     VirtualService,
     DestinationRule,
     PeerAuthentication,
+    GardenerCertificate,
+    CertManagerCertificate,
 }
 
 impl Kind {
     /// All managed kinds, in apply order.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 11] = [
         Kind::PriorityClass,
         Kind::ConfigMap,
         Kind::Secret,
@@ -45,6 +47,8 @@ impl Kind {
         Kind::VirtualService,
         Kind::DestinationRule,
         Kind::PeerAuthentication,
+        Kind::GardenerCertificate,
+        Kind::CertManagerCertificate,
     ];
 
     /// Group, version, kind and plural.
@@ -79,6 +83,15 @@ impl Kind {
                 "PeerAuthentication",
                 "peerauthentications",
             ),
+            Kind::GardenerCertificate => (
+                "cert.gardener.cloud",
+                "v1alpha1",
+                "Certificate",
+                "certificates",
+            ),
+            Kind::CertManagerCertificate => {
+                ("cert-manager.io", "v1", "Certificate", "certificates")
+            }
         };
         let api_version = if group.is_empty() {
             version.to_string()
@@ -99,12 +112,17 @@ impl Kind {
         !matches!(self, Kind::PriorityClass)
     }
 
-    /// Whether this kind comes from Istio's CRDs.
-    pub fn istio(self) -> bool {
-        matches!(
-            self,
-            Kind::Gateway | Kind::VirtualService | Kind::DestinationRule | Kind::PeerAuthentication
-        )
+    /// The CRD this kind needs, if it is not built into Kubernetes.
+    pub fn crd(self) -> Option<&'static str> {
+        match self {
+            Kind::Gateway => Some(names::ISTIO_CRDS[0]),
+            Kind::VirtualService => Some(names::ISTIO_CRDS[1]),
+            Kind::DestinationRule => Some(names::ISTIO_CRDS[2]),
+            Kind::PeerAuthentication => Some(names::ISTIO_CRDS[3]),
+            Kind::GardenerCertificate => Some(names::GARDENER_CERT_CRD),
+            Kind::CertManagerCertificate => Some(names::CERT_MANAGER_CRD),
+            _ => None,
+        }
     }
 }
 
@@ -123,7 +141,7 @@ pub struct Desired {
 
 /// Builds one desired object with the managed labels, the owner labels and, for objects in the CR's
 /// namespace, an owner reference to the CR.
-pub(crate) fn object(
+pub fn object(
     cr: &ConnectivityProxy,
     kind: Kind,
     namespace: Option<&str>,

@@ -85,7 +85,7 @@ pub async fn webhook() -> &'static Webhook {
         .await
 }
 
-const EDITOR_RBAC: &str = r#"
+pub const EDITOR_RBAC: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:

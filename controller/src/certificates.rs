@@ -1,0 +1,506 @@
+//! Certificates the controller issues: the webhook's serving certificate (with its CA bundle kept in
+//! both webhook configurations) and the built-in business-tunnel certificate. Planning is
+//! `cp_certs::rotation`'s pure job; this module reads and writes Secrets.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use cp_api::names;
+use cp_certs::renewal::Policy;
+use cp_certs::rotation::{self, Plan, Spec, State};
+use cp_certs::{Ca, Leaf};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::Error;
+use crate::metrics::Metrics;
+
+const CA_CREATED: &str = "connectivityproxy.sap.com/ca-created-at";
+const LEAF_SWITCHED: &str = "connectivityproxy.sap.com/leaf-switched-at";
+
+fn text(data: &BTreeMap<String, k8s_openapi::ByteString>, key: &str) -> Option<String> {
+    data.get(key)
+        .map(|b| String::from_utf8_lossy(&b.0).to_string())
+        .filter(|s| !s.is_empty())
+}
+
+fn time_annotation(secret: &Secret, key: &str) -> Option<OffsetDateTime> {
+    secret
+        .annotations()
+        .get(key)
+        .and_then(|v| OffsetDateTime::parse(v, &Rfc3339).ok())
+}
+
+/// Reads the rotation state from the CA and leaf Secrets.
+pub fn state_from(ca: Option<&Secret>, leaf: Option<&Secret>) -> State {
+    let ca_data = ca.and_then(|s| s.data.clone()).unwrap_or_default();
+    let leaf_data = leaf.and_then(|s| s.data.clone()).unwrap_or_default();
+    State {
+        ca: match (text(&ca_data, "ca.crt"), text(&ca_data, "ca.key")) {
+            (Some(cert_pem), Some(key_pem)) => Some(Ca { cert_pem, key_pem }),
+            _ => None,
+        },
+        previous_ca_pem: text(&ca_data, "previous-ca.crt"),
+        ca_created_at: ca.and_then(|s| time_annotation(s, CA_CREATED)),
+        leaf_switched_at: ca.and_then(|s| time_annotation(s, LEAF_SWITCHED)),
+        leaf: match (text(&leaf_data, "tls.crt"), text(&leaf_data, "tls.key")) {
+            (Some(cert_pem), Some(key_pem)) => Some(Leaf { cert_pem, key_pem }),
+            _ => None,
+        },
+    }
+}
+
+fn b64(s: &str) -> String {
+    STANDARD.encode(s.as_bytes())
+}
+
+/// The CA Secret's content: `type`, `data` and the rotation annotations.
+pub fn ca_secret_content(plan: &Plan) -> Value {
+    let mut data = serde_json::Map::new();
+    if let Some(ca) = &plan.state.ca {
+        data.insert("ca.crt".into(), json!(b64(&ca.cert_pem)));
+        data.insert("ca.key".into(), json!(b64(&ca.key_pem)));
+    }
+    if let Some(p) = &plan.state.previous_ca_pem {
+        data.insert("previous-ca.crt".into(), json!(b64(p)));
+    }
+    let mut annotations = serde_json::Map::new();
+    let fmt = |t: OffsetDateTime| t.format(&Rfc3339).unwrap_or_default();
+    if let Some(t) = plan.state.ca_created_at {
+        annotations.insert(CA_CREATED.into(), json!(fmt(t)));
+    }
+    if let Some(t) = plan.state.leaf_switched_at {
+        annotations.insert(LEAF_SWITCHED.into(), json!(fmt(t)));
+    }
+    json!({"type": "Opaque", "metadata": {"annotations": annotations}, "data": data})
+}
+
+/// The leaf Secret's content (`kubernetes.io/tls` with `ca.crt` = the bundle).
+pub fn leaf_secret_content(plan: &Plan) -> Value {
+    let leaf = plan.state.leaf.clone().unwrap_or(Leaf {
+        cert_pem: String::new(),
+        key_pem: String::new(),
+    });
+    json!({
+        "type": "kubernetes.io/tls",
+        "data": {"tls.crt": b64(&leaf.cert_pem), "tls.key": b64(&leaf.key_pem), "ca.crt": b64(&plan.bundle)},
+    })
+}
+
+/// A full Secret from its content, name, namespace and labels.
+fn secret_body(namespace: &str, name: &str, mut content: Value) -> Value {
+    content["apiVersion"] = json!("v1");
+    content["kind"] = json!("Secret");
+    if content.get("metadata").is_none() {
+        content["metadata"] = json!({});
+    }
+    content["metadata"]["name"] = json!(name);
+    content["metadata"]["namespace"] = json!(namespace);
+    content["metadata"]["labels"] = json!(names::managed_labels());
+    content
+}
+
+/// Settings of the webhook serving certificate.
+#[derive(Clone, Debug)]
+pub struct WebhookCertSettings {
+    /// Namespace of the Secrets and the webhook Service.
+    pub namespace: String,
+    /// Name of the webhook Service.
+    pub service: String,
+    /// Extra IP SANs (127.0.0.1 for a local webhook).
+    pub ips: Vec<IpAddr>,
+    /// CA lifetime.
+    pub ca_lifetime: time::Duration,
+    /// Serving certificate lifetime.
+    pub cert_lifetime: time::Duration,
+    /// Time for a new bundle or certificate to reach the API server and the webhook replicas.
+    pub propagation: time::Duration,
+}
+
+impl WebhookCertSettings {
+    fn spec(&self) -> Spec {
+        let svc = &self.service;
+        let ns = &self.namespace;
+        Spec {
+            ca_common_name: format!("{svc}-ca"),
+            common_name: format!("{svc}.{ns}.svc"),
+            dns_names: vec![
+                format!("{svc}.{ns}.svc"),
+                format!("{svc}.{ns}.svc.cluster.local"),
+                format!("{svc}.{ns}"),
+                svc.clone(),
+            ],
+            ips: self.ips.clone(),
+            ca_policy: Policy::new(self.ca_lifetime),
+            leaf_policy: Policy::new(self.cert_lifetime),
+            propagation: self.propagation,
+        }
+    }
+}
+
+/// Applies a Secret body if it differs from the live one (the applied-hash annotation makes a
+/// removed key count as a difference); returns whether it wrote.
+async fn ensure_secret(client: &Client, body: Value) -> Result<bool, Error> {
+    let desired = crate::desired::Desired {
+        kind: crate::desired::Kind::Secret,
+        namespace: body["metadata"]["namespace"].as_str().map(String::from),
+        name: body["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        body,
+    };
+    crate::apply::Applier::new(client.clone())
+        .ensure(&desired)
+        .await
+}
+
+/// Writes the CA bundle into every webhook of both configurations where it differs.
+async fn ensure_ca_bundle(client: &Client, bundle: &str) -> Result<(), Error> {
+    let want = bundle.as_bytes().to_vec();
+    let pp = PatchParams::apply(names::FIELD_MANAGER).force();
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    if let Some(cfg) = mutating
+        .get_opt(names::MUTATING_WEBHOOK_CONFIG)
+        .await
+        .map_err(|e| Error::kube("reading the mutating webhook configuration", e))?
+    {
+        let hooks = cfg.webhooks.unwrap_or_default();
+        if hooks
+            .iter()
+            .any(|h| h.client_config.ca_bundle.as_ref().map(|b| &b.0) != Some(&want))
+        {
+            let names: Vec<Value> = hooks.iter().map(|h| json!({"name": h.name, "clientConfig": {"caBundle": STANDARD.encode(&want)}})).collect();
+            let body = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": names::MUTATING_WEBHOOK_CONFIG}, "webhooks": names});
+            mutating
+                .patch(names::MUTATING_WEBHOOK_CONFIG, &pp, &Patch::Apply(&body))
+                .await
+                .map_err(|e| {
+                    Error::kube(
+                        "writing the CA bundle into the mutating webhook configuration",
+                        e,
+                    )
+                })?;
+            tracing::info!("CA bundle written into the mutating webhook configuration");
+        }
+    }
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    if let Some(cfg) = validating
+        .get_opt(names::VALIDATING_WEBHOOK_CONFIG)
+        .await
+        .map_err(|e| Error::kube("reading the validating webhook configuration", e))?
+    {
+        let hooks = cfg.webhooks.unwrap_or_default();
+        if hooks
+            .iter()
+            .any(|h| h.client_config.ca_bundle.as_ref().map(|b| &b.0) != Some(&want))
+        {
+            let names: Vec<Value> = hooks.iter().map(|h| json!({"name": h.name, "clientConfig": {"caBundle": STANDARD.encode(&want)}})).collect();
+            let body = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": names::VALIDATING_WEBHOOK_CONFIG}, "webhooks": names});
+            validating
+                .patch(names::VALIDATING_WEBHOOK_CONFIG, &pp, &Patch::Apply(&body))
+                .await
+                .map_err(|e| {
+                    Error::kube(
+                        "writing the CA bundle into the validating webhook configuration",
+                        e,
+                    )
+                })?;
+            tracing::info!("CA bundle written into the validating webhook configuration");
+        }
+    }
+    Ok(())
+}
+
+fn observe(metrics: &Metrics, name: &str, pem: &str) {
+    if let Ok(info) = cp_certs::inspect(pem) {
+        metrics
+            .cert_expiry
+            .with_label_values(&[name])
+            .set(info.not_after.unix_timestamp());
+    }
+}
+
+/// One pass over the webhook certificates; returns when to look again.
+pub async fn reconcile_webhook_certs(
+    client: &Client,
+    s: &WebhookCertSettings,
+    metrics: &Metrics,
+) -> Result<OffsetDateTime, Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &s.namespace);
+    let ca = secrets
+        .get_opt(names::WEBHOOK_CA_SECRET)
+        .await
+        .map_err(|e| Error::kube("reading the webhook CA Secret", e))?;
+    let leaf = secrets
+        .get_opt(names::WEBHOOK_CERT_SECRET)
+        .await
+        .map_err(|e| Error::kube("reading the webhook certificate Secret", e))?;
+    let now = OffsetDateTime::now_utc();
+    let plan =
+        rotation::plan(now, &state_from(ca.as_ref(), leaf.as_ref()), &s.spec()).map_err(|e| {
+            metrics
+                .cert_failures
+                .with_label_values(&["webhook-serving"])
+                .inc();
+            Error::Certificate(e.to_string())
+        })?;
+    // Order matters: trust first (CA Secret, then the bundle in the configurations), serve second.
+    ensure_secret(
+        client,
+        secret_body(
+            &s.namespace,
+            names::WEBHOOK_CA_SECRET,
+            ca_secret_content(&plan),
+        ),
+    )
+    .await?;
+    ensure_ca_bundle(client, &plan.bundle).await?;
+    ensure_secret(
+        client,
+        secret_body(
+            &s.namespace,
+            names::WEBHOOK_CERT_SECRET,
+            leaf_secret_content(&plan),
+        ),
+    )
+    .await?;
+    if plan.ca_rotated {
+        metrics
+            .cert_rotations
+            .with_label_values(&["webhook-ca"])
+            .inc();
+        tracing::info!(
+            "webhook CA rotated; the old CA stays in the bundle until the new certificate has propagated"
+        );
+    }
+    if plan.leaf_rotated {
+        metrics
+            .cert_rotations
+            .with_label_values(&["webhook-serving"])
+            .inc();
+        tracing::info!("webhook serving certificate issued");
+    }
+    if let Some(ca) = &plan.state.ca {
+        observe(metrics, "webhook-ca", &ca.cert_pem);
+    }
+    if let Some(leaf) = &plan.state.leaf {
+        observe(metrics, "webhook-serving", &leaf.cert_pem);
+    }
+    Ok(plan.next)
+}
+
+/// Keeps the webhook certificates current: plans at each scheduled time (no polling) and whenever
+/// one of the Secrets or webhook configurations changes (drift repair).
+pub async fn run_webhook_certs(
+    client: Client,
+    settings: WebhookCertSettings,
+    metrics: Arc<Metrics>,
+) {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let notify = Arc::new(tokio::sync::Notify::new());
+    let by_name = |n: &str| watcher::Config::default().fields(&format!("metadata.name={n}"));
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
+    let streams = futures::stream::select_all(vec![
+        watcher(secrets.clone(), by_name(names::WEBHOOK_CA_SECRET))
+            .default_backoff()
+            .touched_objects()
+            .map(|r| r.map(|_| ()))
+            .boxed(),
+        watcher(secrets, by_name(names::WEBHOOK_CERT_SECRET))
+            .default_backoff()
+            .touched_objects()
+            .map(|r| r.map(|_| ()))
+            .boxed(),
+        watcher(
+            Api::<MutatingWebhookConfiguration>::all(client.clone()),
+            by_name(names::MUTATING_WEBHOOK_CONFIG),
+        )
+        .default_backoff()
+        .touched_objects()
+        .map(|r| r.map(|_| ()))
+        .boxed(),
+        watcher(
+            Api::<ValidatingWebhookConfiguration>::all(client.clone()),
+            by_name(names::VALIDATING_WEBHOOK_CONFIG),
+        )
+        .default_backoff()
+        .touched_objects()
+        .map(|r| r.map(|_| ()))
+        .boxed(),
+    ]);
+    let n = notify.clone();
+    tokio::spawn(async move {
+        let mut streams = streams;
+        while streams.next().await.is_some() {
+            n.notify_one();
+        }
+    });
+    loop {
+        let wait = match reconcile_webhook_certs(&client, &settings, &metrics).await {
+            Ok(next) => {
+                let secs = (next - OffsetDateTime::now_utc())
+                    .as_seconds_f64()
+                    .max(0.05);
+                StdDuration::from_secs_f64(secs)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "webhook certificates");
+                StdDuration::from_secs(5)
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = notify.notified() => {}
+        }
+    }
+}
+
+/// Settings of the business-tunnel certificate.
+#[derive(Clone, Debug)]
+pub struct TunnelCertSettings {
+    /// Lifetime of the operator's own tunnel CA.
+    pub ca_lifetime: time::Duration,
+    /// Lifetime of the built-in tunnel certificate.
+    pub cert_lifetime: time::Duration,
+    /// cert-manager issuer (`Kind/name`, e.g. `ClusterIssuer/letsencrypt`) to use when cert-manager is installed.
+    pub cert_manager_issuer: Option<(String, String)>,
+}
+
+/// Which provider issues the tunnel certificate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provider {
+    /// Gardener's cert-management (Kyma's clusters).
+    Gardener,
+    /// cert-manager with the configured issuer.
+    CertManager,
+    /// The operator's own CA.
+    BuiltIn,
+}
+
+/// Chooses the provider from the installed CRDs and the configuration.
+pub fn provider(
+    has_gardener: bool,
+    has_cert_manager: bool,
+    settings: &TunnelCertSettings,
+) -> Provider {
+    if has_gardener {
+        Provider::Gardener
+    } else if has_cert_manager && settings.cert_manager_issuer.is_some() {
+        Provider::CertManager
+    } else {
+        Provider::BuiltIn
+    }
+}
+
+/// The desired objects for the tunnel certificate and when to look again (built-in renewals).
+pub async fn tunnel_objects(
+    client: &Client,
+    cr: &cp_api::ConnectivityProxy,
+    resolved: &crate::desired::Resolved,
+    provider: Provider,
+    settings: &TunnelCertSettings,
+    metrics: &Metrics,
+) -> Result<(Vec<crate::desired::Desired>, Option<OffsetDateTime>), Error> {
+    use crate::desired::{Kind, object};
+    if !resolved.tls_auto {
+        return Ok((vec![], None));
+    }
+    let host = resolved.external_host.clone();
+    let dns = vec![host.clone(), format!("*.{host}")];
+    let ns = resolved.istio_namespace.as_str();
+    let secret = resolved.tls_secret.as_str();
+    match provider {
+        Provider::Gardener => Ok((
+            vec![object(
+                cr,
+                Kind::GardenerCertificate,
+                Some(ns),
+                secret,
+                json!({"spec": {"commonName": host, "dnsNames": dns, "secretRef": {"name": secret, "namespace": ns}}}),
+            )],
+            None,
+        )),
+        Provider::CertManager => {
+            let (kind, name) = settings.cert_manager_issuer.clone().unwrap_or_default();
+            Ok((
+                vec![object(
+                    cr,
+                    Kind::CertManagerCertificate,
+                    Some(ns),
+                    secret,
+                    json!({"spec": {"secretName": secret, "commonName": host, "dnsNames": dns,
+                        "issuerRef": {"group": "cert-manager.io", "kind": kind, "name": name}}}),
+                )],
+                None,
+            ))
+        }
+        Provider::BuiltIn => {
+            let cr_ns = cr.namespace().unwrap_or_default();
+            let ca_secret = Api::<Secret>::namespaced(client.clone(), &cr_ns)
+                .get_opt(names::TUNNEL_CA_SECRET)
+                .await
+                .map_err(|e| Error::kube("reading the tunnel CA Secret", e))?;
+            let leaf_secret = Api::<Secret>::namespaced(client.clone(), ns)
+                .get_opt(secret)
+                .await
+                .map_err(|e| {
+                    Error::kube(format!("reading the tunnel TLS Secret {ns}/{secret}"), e)
+                })?;
+            let spec = Spec {
+                ca_common_name: format!("connectivity-proxy-tunnel-ca-{cr_ns}"),
+                common_name: host.clone(),
+                dns_names: dns,
+                ips: vec![],
+                ca_policy: Policy::new(settings.ca_lifetime),
+                leaf_policy: Policy::new(settings.cert_lifetime),
+                propagation: time::Duration::ZERO,
+            };
+            let plan = rotation::plan(
+                OffsetDateTime::now_utc(),
+                &state_from(ca_secret.as_ref(), leaf_secret.as_ref()),
+                &spec,
+            )
+            .map_err(|e| {
+                metrics.cert_failures.with_label_values(&["tunnel"]).inc();
+                Error::Certificate(e.to_string())
+            })?;
+            if plan.leaf_rotated {
+                metrics.cert_rotations.with_label_values(&["tunnel"]).inc();
+                tracing::info!(host = %host, "business tunnel certificate issued");
+            }
+            if let Some(leaf) = &plan.state.leaf {
+                observe(metrics, "tunnel", &leaf.cert_pem);
+            }
+            let ca_body = ca_secret_content(&plan);
+            let leaf_body = leaf_secret_content(&plan);
+            Ok((
+                vec![
+                    object(
+                        cr,
+                        Kind::Secret,
+                        Some(&cr_ns),
+                        names::TUNNEL_CA_SECRET,
+                        ca_body,
+                    ),
+                    object(cr, Kind::Secret, Some(ns), secret, leaf_body),
+                ],
+                Some(plan.next),
+            ))
+        }
+    }
+}

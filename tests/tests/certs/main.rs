@@ -1,0 +1,368 @@
+//! Certificate integration tests on their own control plane: the controller issues the webhook's
+//! serving certificate and the business-tunnel certificate with lifetimes of seconds.
+#![forbid(unsafe_code)]
+
+#[allow(dead_code)]
+#[path = "../e2e/common.rs"]
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use cp_api::{ConnectivityProxy, names};
+use cp_tests::cluster::{Identity, ensure_namespace};
+use cp_tests::controller::ControllerProcess;
+use cp_tests::manifest;
+use cp_tests::webhook::Webhook;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::sync::{Mutex, OnceCell};
+
+use common::{ALICE, EDITOR_RBAC, control_plane, default_cr, install_our_crds, reference};
+
+const DOMAIN: &str = "certs.kyma.example.com";
+static TURN: Mutex<()> = Mutex::const_new(());
+
+async fn controller() -> &'static ControllerProcess {
+    static C: OnceCell<ControllerProcess> = OnceCell::const_new();
+    C.get_or_init(|| async {
+        let cp = control_plane();
+        let admin = cp.admin().await.expect("admin");
+        install_our_crds(&admin).await;
+        for ns in ["kyma-system", "istio-system"] {
+            ensure_namespace(&admin, ns).await.expect("namespace");
+        }
+        ControllerProcess::start(
+            &cp,
+            "cp-controller",
+            &[
+                "--leader-elect=false",
+                "--webhook-ips=127.0.0.1",
+                "--webhook-ca-lifetime-seconds=24",
+                "--webhook-cert-lifetime-seconds=9",
+                "--cert-propagation-seconds=2",
+                "--tunnel-cert-lifetime-seconds=20",
+                "--tunnel-ca-lifetime-seconds=3600",
+            ],
+        )
+        .await
+        .expect("controller")
+    })
+    .await
+}
+
+async fn metric(addr: &str, series: &str) -> f64 {
+    let Ok((_, body)) = cp_tests::webhook::http_get(addr, "/metrics").await else {
+        return 0.0;
+    };
+    body.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn webhook_certificate_and_ca_rotate_without_a_failed_admission_request() {
+    let _turn = TURN.lock().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    let ctrl = controller().await;
+    manifest::apply_yaml(&admin, EDITOR_RBAC, None)
+        .await
+        .expect("RBAC");
+    // The webhook configurations exist without a CA bundle: the controller injects it.
+    let wh = Webhook::start_from_secret(&cp, "cp-webhook", &[])
+        .await
+        .expect("webhook starts on the controller's certificate");
+    wh.register(&admin).await.expect("register");
+
+    let ns = cp.namespace("rotation").await.expect("ns");
+    let alice = cp
+        .client(&Identity::User {
+            name: ALICE.into(),
+            groups: vec![],
+        })
+        .await
+        .expect("alice");
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(alice, &ns, &ApiResource::erase::<ConnectivityProxy>(&()));
+    let probe: DynamicObject = serde_json::from_value(default_cr("probe")).expect("cr");
+    cp_tests::wait::until(
+        "admission through the controller-issued certificate",
+        Duration::from_secs(30),
+        || {
+            let (api, probe) = (api.clone(), probe.clone());
+            async move {
+                let r = api
+                    .create(
+                        &PostParams {
+                            dry_run: true,
+                            ..Default::default()
+                        },
+                        &probe,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(r.data["spec"].get("deployment").map(|_| ()))
+            }
+        },
+    )
+    .await
+    .expect("admission works");
+
+    let target: DynamicObject = serde_json::from_value(default_cr("load-target")).expect("cr");
+    api.create(&PostParams::default(), &target)
+        .await
+        .expect("create target");
+    let ca_before = metric(
+        &ctrl.metrics_addr,
+        "cp_certificate_rotations_total{certificate=\"webhook-ca\"}",
+    )
+    .await;
+    let reloads_before = metric(&wh.metrics_addr, "cp_webhook_certificate_reloads_total").await;
+
+    // Two clients create (dry run) and update CRs through the API server for 60 s.
+    let ok = Arc::new(AtomicUsize::new(0));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut tasks = Vec::new();
+    for worker in 0..2 {
+        let (api, ok, failures, probe) = (api.clone(), ok.clone(), failures.clone(), probe.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                i += 1;
+                let r = if worker == 0 {
+                    api.create(&PostParams { dry_run: true, ..Default::default() }, &probe).await.map(|_| ())
+                } else {
+                    let edit = json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": 20000 + (i % 1000)}}}}}});
+                    api.patch("load-target", &PatchParams::default(), &Patch::Merge(&edit)).await.map(|_| ())
+                };
+                match r {
+                    Ok(()) => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => failures.lock().await.push(e.to_string()),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("worker");
+    }
+    let ca_rotations = metric(
+        &ctrl.metrics_addr,
+        "cp_certificate_rotations_total{certificate=\"webhook-ca\"}",
+    )
+    .await
+        - ca_before;
+    let reloads =
+        metric(&wh.metrics_addr, "cp_webhook_certificate_reloads_total").await - reloads_before;
+    let failures = failures.lock().await.clone();
+    println!(
+        "{} admission requests succeeded, {} failed; {ca_rotations} CA rotations, {reloads} certificate reloads in the webhook",
+        ok.load(Ordering::Relaxed),
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "failed admission requests: {:?}",
+        &failures[..failures.len().min(5)]
+    );
+    assert!(
+        ca_rotations >= 2.0,
+        "the CA rotated only {ca_rotations} times"
+    );
+    assert!(
+        reloads >= 4.0,
+        "the webhook swapped its certificate only {reloads} times"
+    );
+    let log = std::fs::read_to_string(cp.dir.join("cp-webhook.log")).unwrap_or_default();
+    assert_eq!(
+        log.matches("serving admission requests").count(),
+        1,
+        "the webhook restarted"
+    );
+
+    // The CR is deleted so that the next test's CR is the cluster's only one.
+    api.delete("load-target", &Default::default())
+        .await
+        .expect("delete");
+    let all: Api<ConnectivityProxy> = Api::all(admin.clone());
+    cp_tests::wait::until("no CR left", Duration::from_secs(20), || {
+        let all = all.clone();
+        async move {
+            Ok(all
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .is_empty()
+                .then_some(()))
+        }
+    })
+    .await
+    .expect("clean");
+}
+
+fn secret_text(s: &Secret, key: &str) -> String {
+    s.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).to_string())
+        .unwrap_or_default()
+}
+
+async fn install_dependencies(admin: &kube::Client) {
+    for f in [
+        "crds/istio.io.yaml",
+        "crds/services.cloud.sap.com_serviceinstances.yaml",
+        "crds/services.cloud.sap.com_servicebindings.yaml",
+    ] {
+        manifest::apply_file(admin, &reference(f), None)
+            .await
+            .expect("CRDs");
+    }
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shoot-info", "namespace": "kube-system"}, "data": {"domain": DOMAIN}});
+    manifest::apply_object(admin, serde_json::from_value(cm).expect("cm"), None)
+        .await
+        .expect("shoot-info");
+}
+
+async fn delete_cr_and_wait(admin: &kube::Client) {
+    let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), "kyma-system");
+    let _ = api.delete("connectivity-proxy", &Default::default()).await;
+    cp_tests::wait::until("the CR is gone", Duration::from_secs(20), || {
+        let api = api.clone();
+        async move {
+            Ok(api
+                .get_opt("connectivity-proxy")
+                .await
+                .map_err(|e| e.to_string())?
+                .is_none()
+                .then_some(()))
+        }
+    })
+    .await
+    .expect("deleted");
+}
+
+#[tokio::test]
+async fn built_in_tunnel_certificate_is_renewed_again_and_again() {
+    let _turn = TURN.lock().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    controller().await;
+    install_dependencies(&admin).await;
+    let cr: ConnectivityProxy =
+        serde_json::from_value(default_cr("connectivity-proxy")).expect("cr");
+    Api::<ConnectivityProxy>::namespaced(admin.clone(), "kyma-system")
+        .create(&PostParams::default(), &cr)
+        .await
+        .expect("create");
+    let host = format!("cp.{DOMAIN}");
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "istio-system");
+    let name = names::tls_secret_name("connectivity-proxy", "kyma-system");
+    cp_tests::wait::until("the tunnel TLS Secret", Duration::from_secs(20), || {
+        let (secrets, name) = (secrets.clone(), name.clone());
+        async move {
+            Ok(secrets
+                .get_opt(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .map(|_| ()))
+        }
+    })
+    .await
+    .expect("tunnel secret");
+    // Watch the Secret for 50 s (2.5 lifetimes): at every read it holds a valid chain for the host.
+    let mut serials = std::collections::BTreeSet::new();
+    let end = Instant::now() + Duration::from_secs(50);
+    let mut checks = 0;
+    while Instant::now() < end {
+        let s = secrets.get(&name).await.expect("secret");
+        let (crt, ca) = (secret_text(&s, "tls.crt"), secret_text(&s, "ca.crt"));
+        let now = time::OffsetDateTime::now_utc();
+        let valid = cp_certs::split_bundle(&ca)
+            .iter()
+            .any(|c| cp_certs::verify_chain(&crt, c, &host, now).is_ok());
+        assert!(
+            valid,
+            "at {now} the tunnel Secret holds no valid chain for {host}"
+        );
+        let info = cp_certs::inspect(&crt).expect("parse");
+        assert!(
+            info.dns_names.contains(&format!("*.{host}")),
+            "wildcard SAN missing: {:?}",
+            info.dns_names
+        );
+        serials.insert(crt);
+        checks += 1;
+        tokio::time::sleep(Duration::from_millis(250)).await; // sampling interval of the observation
+    }
+    println!(
+        "{checks} checks, {} distinct certificates in 50 s",
+        serials.len()
+    );
+    assert!(
+        serials.len() >= 3,
+        "the 20-second certificate was renewed only {} times",
+        serials.len() - 1
+    );
+    delete_cr_and_wait(&admin).await;
+}
+
+#[tokio::test]
+async fn gardener_certificate_is_used_where_its_crd_exists() {
+    let _turn = TURN.lock().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    controller().await;
+    install_dependencies(&admin).await;
+    manifest::apply_file(
+        &admin,
+        &reference("crds/cert.gardener.cloud_certificates.yaml"),
+        None,
+    )
+    .await
+    .expect("Gardener CRD");
+    // The previous test's built-in CA is gone with its CR (owner reference); start clean.
+    let cas: Api<Secret> = Api::namespaced(admin.clone(), "kyma-system");
+    let _ = cas
+        .delete(names::TUNNEL_CA_SECRET, &Default::default())
+        .await;
+    let cr: ConnectivityProxy =
+        serde_json::from_value(default_cr("connectivity-proxy")).expect("cr");
+    Api::<ConnectivityProxy>::namespaced(admin.clone(), "kyma-system")
+        .create(&PostParams::default(), &cr)
+        .await
+        .expect("create");
+    let certs: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        "istio-system",
+        &cp_controller::desired::Kind::GardenerCertificate.api_resource(),
+    );
+    let name = names::tls_secret_name("connectivity-proxy", "kyma-system");
+    let cert = cp_tests::wait::until("a Gardener Certificate", Duration::from_secs(20), || {
+        let (certs, name) = (certs.clone(), name.clone());
+        async move { certs.get_opt(&name).await.map_err(|e| e.to_string()) }
+    })
+    .await
+    .expect("gardener certificate");
+    assert_eq!(cert.data["spec"]["commonName"], format!("cp.{DOMAIN}"));
+    assert_eq!(cert.data["spec"]["secretRef"]["name"], name);
+    assert!(
+        cas.get_opt(names::TUNNEL_CA_SECRET)
+            .await
+            .expect("get")
+            .is_none(),
+        "no built-in CA with Gardener"
+    );
+    delete_cr_and_wait(&admin).await;
+    manifest::delete_crd(&admin, names::GARDENER_CERT_CRD)
+        .await
+        .expect("remove Gardener CRD");
+}
