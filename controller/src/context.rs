@@ -19,6 +19,8 @@ pub struct Settings {
     pub resync: Duration,
     /// Business-tunnel certificate settings.
     pub tunnel: crate::certificates::TunnelCertSettings,
+    /// `spec.deployment` defaults of this release (with any override applied).
+    pub deployment_defaults: serde_json::Value,
 }
 
 /// Shared state of the reconciler.

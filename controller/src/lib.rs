@@ -3,14 +3,18 @@
 #![forbid(unsafe_code)]
 
 pub mod apply;
+pub mod btp;
 pub mod certificates;
 pub mod context;
 pub mod deletion;
 pub mod desired;
 pub mod leader;
+pub mod mappings;
+pub mod migration;
 pub mod metrics;
 pub mod reconcile;
 pub mod status;
+pub mod upgrade;
 
 /// Errors of a reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +31,9 @@ pub enum Error {
     /// (De)serialisation failed.
     #[error("serialisation: {0}")]
     Serde(#[from] serde_json::Error),
+    /// The CR holds a value the controller cannot use.
+    #[error("{0}")]
+    Invalid(String),
     /// A certificate could not be issued.
     #[error("certificate: {0}")]
     Certificate(String),
@@ -47,6 +54,7 @@ impl Error {
             Error::Kube { .. } => "kube",
             Error::Serde(_) => "serde",
             Error::Certificate(_) => "certificate",
+            Error::Invalid(_) => "invalid",
         }
     }
 }

@@ -90,6 +90,9 @@ struct Args {
     /// Lifetime of the built-in business-tunnel certificate (seconds).
     #[arg(long, env = "CP_TUNNEL_CERT_LIFETIME_SECONDS", default_value_t = 90 * 86400)]
     tunnel_cert_lifetime_seconds: i64,
+    /// JSON merged over this release's spec.deployment defaults (a hotfix image, or an upgrade test).
+    #[arg(long, env = "CP_DEPLOYMENT_DEFAULTS_OVERRIDE")]
+    deployment_defaults_override: Option<String>,
     /// cert-manager issuer for the tunnel certificate, `Kind/name` (used when cert-manager is installed and Gardener is not).
     #[arg(long, env = "CP_CERT_MANAGER_ISSUER")]
     cert_manager_issuer: Option<String>,
@@ -111,6 +114,10 @@ async fn main() -> anyhow::Result<()> {
         .json()
         .init();
     let args = Args::parse();
+    let overrides: Option<serde_json::Value> = match &args.deployment_defaults_override {
+        Some(s) => Some(serde_json::from_str(s).context("--deployment-defaults-override is not JSON")?),
+        None => None,
+    };
     let client = Client::try_default()
         .await
         .context("building the Kubernetes client")?;
@@ -169,6 +176,7 @@ async fn main() -> anyhow::Result<()> {
         mappings: mappings.clone(),
         proxies: proxies.clone(),
         settings: Settings {
+            deployment_defaults: cp_controller::upgrade::release_defaults(overrides.as_ref()),
             resync: Duration::from_secs(args.resync_seconds),
             tunnel: TunnelCertSettings {
                 ca_lifetime: time::Duration::seconds(args.tunnel_ca_lifetime_seconds),

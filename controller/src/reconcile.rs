@@ -83,6 +83,34 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         return Ok(Action::await_change());
     }
     ensure_finalizer(cr, ctx).await?;
+    if crate::upgrade::ensure_release_defaults(&ctx.client, cr, &ctx.settings.deployment_defaults).await? {
+        return Ok(Action::await_change());
+    }
+    match crate::migration::migrate(&ctx.client, cr).await? {
+        crate::migration::Outcome::NotNeeded => {}
+        crate::migration::Outcome::Progressed(step) => {
+            let computed = Computed::blocked(
+                State::Processing,
+                vec![],
+                Cond::failed(types::CONFIGURATION, step, "taking over the legacy reconciler installation"),
+            );
+            status::write(ctx, cr, &computed).await?;
+            return Ok(Action::await_change());
+        }
+        crate::migration::Outcome::Blocked(e) => {
+            let msg = format!(
+                "cannot import the legacy configuration: {}: {}; nothing was changed",
+                e.field, e.message
+            );
+            let computed = Computed::blocked(
+                State::Error,
+                vec![],
+                Cond::failed(types::CONFIGURATION, "LegacyConfigurationNotImportable", msg),
+            );
+            status::write(ctx, cr, &computed).await?;
+            return Ok(resync);
+        }
+    }
 
     // Dependencies.
     let mut missing = Vec::new();
@@ -133,7 +161,12 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
     );
 
     // Configuration.
-    let facts = cluster_facts(ctx).await?;
+    let key = crate::btp::service_key(&ctx.client, cr).await?;
+    let mut facts = cluster_facts(ctx).await?;
+    if let Some(k) = &key.key {
+        facts.binding_subaccount_id = k.subaccount_id.clone();
+        facts.binding_subaccount_subdomain = k.subaccount_subdomain.clone();
+    }
     let resolved = match desired::resolve(cr, &facts) {
         Ok(r) => r,
         Err(problem) => {
@@ -182,6 +215,14 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         }
     };
     objects.extend(cert_objects);
+    objects.extend(key.objects.clone());
+    // The aggregated mappings must fit into one ConfigMap: keep the last good one rather than fail.
+    let mappings_json_len = objects
+        .iter()
+        .find(|d| d.kind == Kind::ConfigMap && d.name == names::CONFIGMAP_SERVICE_MAPPINGS)
+        .map(|d| d.body.to_string().len())
+        .unwrap_or(0);
+    let mappings_too_large = mappings_json_len > crate::mappings::MAX_CONFIGMAP_BYTES;
     // The next renewal is scheduled, not polled: requeue exactly when it is due.
     let resync = match renew_at {
         Some(at) => {
@@ -196,7 +237,7 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         }
         None => resync,
     };
-    if let Err(e) = apply_all(ctx, cr, &objects).await {
+    if let Err(e) = apply_all(ctx, cr, &objects, mappings_too_large).await {
         let computed = Computed::blocked(
             State::Error,
             vec![deps, config],
@@ -288,10 +329,12 @@ async fn apply_all(
     ctx: &Ctx,
     cr: &ConnectivityProxy,
     objects: &[desired::Desired],
+    skip_mappings: bool,
 ) -> Result<(), Error> {
     let mut keep = BTreeSet::new();
     for d in objects {
-        if ctx.applier.ensure(d).await? {
+        let skip = skip_mappings && d.kind == Kind::ConfigMap && d.name == names::CONFIGMAP_SERVICE_MAPPINGS;
+        if !skip && ctx.applier.ensure(d).await? {
             ctx.metrics
                 .applies
                 .with_label_values(&[&d.kind.api_resource().kind])

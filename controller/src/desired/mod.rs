@@ -33,11 +33,13 @@ pub enum Kind {
     PeerAuthentication,
     GardenerCertificate,
     CertManagerCertificate,
+    ServiceInstance,
+    ServiceBinding,
 }
 
 impl Kind {
     /// All managed kinds, in apply order.
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 13] = [
         Kind::PriorityClass,
         Kind::ConfigMap,
         Kind::Secret,
@@ -49,6 +51,8 @@ impl Kind {
         Kind::PeerAuthentication,
         Kind::GardenerCertificate,
         Kind::CertManagerCertificate,
+        Kind::ServiceInstance,
+        Kind::ServiceBinding,
     ];
 
     /// Group, version, kind and plural.
@@ -92,6 +96,8 @@ impl Kind {
             Kind::CertManagerCertificate => {
                 ("cert-manager.io", "v1", "Certificate", "certificates")
             }
+            Kind::ServiceInstance => ("services.cloud.sap.com", "v1", "ServiceInstance", "serviceinstances"),
+            Kind::ServiceBinding => ("services.cloud.sap.com", "v1", "ServiceBinding", "servicebindings"),
         };
         let api_version = if group.is_empty() {
             version.to_string()
@@ -121,6 +127,8 @@ impl Kind {
             Kind::PeerAuthentication => Some(names::ISTIO_CRDS[3]),
             Kind::GardenerCertificate => Some(names::GARDENER_CERT_CRD),
             Kind::CertManagerCertificate => Some(names::CERT_MANAGER_CRD),
+            Kind::ServiceInstance => Some(names::BTP_CRDS[0]),
+            Kind::ServiceBinding => Some(names::BTP_CRDS[1]),
             _ => None,
         }
     }

@@ -225,16 +225,7 @@ async fn missing_istio_is_a_warning_until_it_is_installed() {
     );
     install_istio(admin).await;
     wait_all_exist(admin).await;
-    mark_statefulset_ready(admin, NS).await;
-    wait_state(
-        admin,
-        NS,
-        "connectivity-proxy",
-        State::Ready,
-        None,
-        Duration::from_secs(15),
-    )
-    .await;
+    make_ready(admin, NS, "connectivity-proxy").await;
 }
 
 #[tokio::test]
@@ -243,16 +234,7 @@ async fn changes_propagate_and_drift_is_repaired() {
     let admin = &env.admin;
     create_default_cr(admin, NS, "connectivity-proxy").await;
     wait_all_exist(admin).await;
-    mark_statefulset_ready(admin, NS).await;
-    wait_state(
-        admin,
-        NS,
-        "connectivity-proxy",
-        State::Ready,
-        None,
-        Duration::from_secs(15),
-    )
-    .await;
+    make_ready(admin, NS, "connectivity-proxy").await;
 
     let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
     let edit = json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": 20555}}}}}});
@@ -355,16 +337,7 @@ async fn a_second_cr_gets_a_warning_and_changes_nothing() {
     let admin = &env.admin;
     create_default_cr(admin, NS, "connectivity-proxy").await;
     wait_all_exist(admin).await;
-    mark_statefulset_ready(admin, NS).await;
-    wait_state(
-        admin,
-        NS,
-        "connectivity-proxy",
-        State::Ready,
-        None,
-        Duration::from_secs(15),
-    )
-    .await;
+    make_ready(admin, NS, "connectivity-proxy").await;
     let other_ns = env.cp.namespace("second-cr").await.expect("ns");
     let offset = env.cp.audit_offset();
     create_default_cr(admin, &other_ns, "another").await;
@@ -410,16 +383,7 @@ async fn steady_state_issues_no_writes() {
     let admin = &env.admin;
     create_default_cr(admin, NS, "connectivity-proxy").await;
     wait_all_exist(admin).await;
-    mark_statefulset_ready(admin, NS).await;
-    wait_state(
-        admin,
-        NS,
-        "connectivity-proxy",
-        State::Ready,
-        None,
-        Duration::from_secs(15),
-    )
-    .await;
+    make_ready(admin, NS, "connectivity-proxy").await;
     // Let the reconcile that follows Ready settle, then observe a window of resyncs (every 3 s).
     let settled = env
         .controller

@@ -38,6 +38,7 @@ pub async fn scenario() -> Env {
     cp_tests::cluster::ensure_namespace(&admin, NS)
         .await
         .expect("kyma-system");
+    cp_tests::cluster::ensure_namespace(&admin, "istio-system").await.expect("istio-system");
     install_istio(&admin).await;
     install_btp(&admin).await;
     set_domain(&admin, Some(DOMAIN)).await;
@@ -228,4 +229,58 @@ pub async fn create_mapping(admin: &Client, name: &str) {
         .create(&PostParams::default(), &m)
         .await
         .expect("mapping");
+}
+
+/// Plays the SAP BTP service operator: marks the CR's ServiceBinding Ready and writes its Secret.
+pub async fn play_btp_operator(admin: &Client, ns: &str, cr: &str) {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::DynamicObject;
+    let binding = cp_api::names::service_binding_name(cr, ns);
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), ns, &cp_controller::desired::Kind::ServiceBinding.api_resource());
+    cp_tests::wait::until("the ServiceBinding", Duration::from_secs(15), || {
+        let api = api.clone();
+        let binding = binding.clone();
+        async move { api.get_opt(&binding).await.map_err(|e| e.to_string()) }
+    })
+    .await
+    .expect("binding");
+    let key = json!({"clientid": "cid", "clientsecret": "very-secret-value", "subaccount_id": SUBACCOUNT,
+        "subaccount_subdomain": SUBDOMAIN, "connectivity_service": {"CAs_path": "/api/v1/CAs", "url": "https://connectivity.example.com"}});
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": cp_api::names::binding_secret_name(cr, ns), "namespace": ns},
+        "stringData": {"service_key": key.to_string()}});
+    Api::<Secret>::namespaced(admin.clone(), ns)
+        .patch(&cp_api::names::binding_secret_name(cr, ns), &PatchParams::apply("btp-operator").force(), &Patch::Apply(&secret))
+        .await
+        .expect("binding secret");
+    let status = json!({"status": {"ready": "True", "conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned",
+        "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    api.patch_status(&binding, &PatchParams::default(), &Patch::Merge(&status)).await.expect("binding status");
+}
+
+pub const SUBACCOUNT: &str = "11111111-2222-3333-4444-555555555555";
+pub const SUBDOMAIN: &str = "my-subdomain";
+
+/// Plays the BTP operator, and the StatefulSet controller with its kubelets (which observe every
+/// new generation of the StatefulSet), until the CR is Ready.
+pub async fn make_ready(admin: &Client, ns: &str, cr: &str) {
+    play_btp_operator(admin, ns, cr).await;
+    let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), ns);
+    cp_tests::wait::until(&format!("{ns}/{cr} Ready"), Duration::from_secs(20), || {
+        let api = api.clone();
+        async move {
+            let c = api.get(cr).await.map_err(|e| e.to_string())?;
+            let st = c.status.unwrap_or_default();
+            if st.state == Some(State::Ready) {
+                return Ok(Some(()));
+            }
+            if st.conditions.iter().any(|c| c.reason == "StatefulSetNotReady") {
+                mark_statefulset_ready(admin, ns).await;
+            }
+            Err(format!("{:?}: {:?}", st.state, st.description))
+        }
+    })
+    .await
+    .expect("Ready");
 }

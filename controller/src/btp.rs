@@ -1,0 +1,168 @@
+//! The Connectivity service key: from a BTP ServiceBinding (auto-provision), from `secretData`, or
+//! from a named Secret; and the subaccount id and subdomain it carries.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use cp_api::{ConnectivityProxy, names};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::Error;
+use crate::desired::{Desired, Kind, object};
+
+/// The service key and what the controller learned from it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServiceKey {
+    /// The key's bytes (JSON), to be mounted into the proxy.
+    pub content: Vec<u8>,
+    /// `subaccount_id` in the key.
+    pub subaccount_id: Option<String>,
+    /// `subaccount_subdomain` in the key.
+    pub subaccount_subdomain: Option<String>,
+}
+
+impl ServiceKey {
+    /// Parses a key; fields that are absent stay `None`.
+    pub fn parse(content: Vec<u8>) -> Self {
+        let v: Value = serde_json::from_slice(&content).unwrap_or(Value::Null);
+        let field = |k: &str| v.get(k).and_then(Value::as_str).map(String::from);
+        Self {
+            subaccount_id: field("subaccount_id"),
+            subaccount_subdomain: field("subaccount_subdomain"),
+            content,
+        }
+    }
+}
+
+/// What the service-key step concluded.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    /// Objects to apply (ServiceInstance, ServiceBinding, the service-key Secret).
+    pub objects: Vec<Desired>,
+    /// The key, once known.
+    pub key: Option<ServiceKey>,
+    /// Why the key is not available yet (the state stays Processing).
+    pub waiting: Option<String>,
+}
+
+fn credentials_key(cr: &ConnectivityProxy) -> String {
+    cr.spec
+        .config
+        .integration
+        .as_ref()
+        .and_then(|i| i.connectivity_service.as_ref())
+        .and_then(|c| c.service_credentials_key.clone())
+        .unwrap_or_else(|| names::SECRET_SERVICE_KEY_KEY.to_string())
+}
+
+/// The Secret the proxy mounts, holding the key under `service_key` (and the configured credentials key).
+fn key_secret(cr: &ConnectivityProxy, ns: &str, name: &str, content: &[u8]) -> Desired {
+    let encoded = STANDARD.encode(content);
+    let mut data = serde_json::Map::new();
+    data.insert(names::SECRET_SERVICE_KEY_KEY.into(), json!(encoded));
+    data.insert(credentials_key(cr), json!(encoded));
+    object(cr, Kind::Secret, Some(ns), name, json!({"type": "Opaque", "data": data}))
+}
+
+fn binding_ready(binding: &DynamicObject) -> Result<(), String> {
+    let conditions = binding.data["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let ready = conditions.iter().find(|c| c["type"] == "Ready");
+    match ready {
+        Some(c) if c["status"] == "True" => Ok(()),
+        Some(c) => Err(format!(
+            "ServiceBinding {} is not ready: {} {}",
+            binding.name_any(),
+            c["reason"].as_str().unwrap_or(""),
+            c["message"].as_str().unwrap_or("")
+        )),
+        None => Err(format!("ServiceBinding {} has no Ready condition yet; the SAP BTP service operator is provisioning it", binding.name_any())),
+    }
+}
+
+/// Works out the service key for `cr`.
+pub async fn service_key(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome, Error> {
+    let ns = cr.namespace().unwrap_or_default();
+    let cr_name = cr.name_any();
+    let (secret_name, secret_data) = cr.spec.connectivity_secret();
+    if names::is_auto_provision(Some(&secret_name)) {
+        let instance = names::service_instance_name(&cr_name, &ns);
+        let binding = names::service_binding_name(&cr_name, &ns);
+        let binding_secret = names::binding_secret_name(&cr_name, &ns);
+        let key_name = credentials_key(cr);
+        let mut objects = vec![
+            object(cr, Kind::ServiceInstance, Some(&ns), &instance, json!({"spec": {
+                "serviceOfferingName": "connectivity", "servicePlanName": "connectivity_proxy",
+                "externalName": instance,
+            }})),
+            object(cr, Kind::ServiceBinding, Some(&ns), &binding, json!({"spec": {
+                "serviceInstanceName": instance, "secretName": binding_secret, "secretKey": key_name,
+                "externalName": binding,
+            }})),
+        ];
+        let live = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &Kind::ServiceBinding.api_resource())
+            .get_opt(&binding)
+            .await
+            .map_err(|e| Error::kube("reading the ServiceBinding", e))?;
+        let waiting = match live.as_ref().map(binding_ready) {
+            None => Some(format!("ServiceBinding {binding} is being created")),
+            Some(Err(msg)) => Some(msg),
+            Some(Ok(())) => None,
+        };
+        if waiting.is_some() {
+            return Ok(Outcome { objects, key: None, waiting });
+        }
+        let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+            .get_opt(&binding_secret)
+            .await
+            .map_err(|e| Error::kube("reading the ServiceBinding's Secret", e))?;
+        let content = secret
+            .and_then(|s| s.data)
+            .and_then(|d| d.get(&key_name).map(|b| b.0.clone()));
+        let Some(content) = content else {
+            return Ok(Outcome {
+                objects,
+                key: None,
+                waiting: Some(format!("Secret {binding_secret} of ServiceBinding {binding} has no key {key_name} yet")),
+            });
+        };
+        objects.push(key_secret(cr, &ns, names::SECRET_SERVICE_KEY, &content));
+        return Ok(Outcome { objects, key: Some(ServiceKey::parse(content)), waiting: None });
+    }
+    if let Some(data) = secret_data {
+        // Validated by the CRD's base64 pattern; a key that still does not decode is reported.
+        let content = STANDARD.decode(data.trim()).map_err(|e| {
+            Error::Invalid(format!("spec.secretConfig.integration.connectivityService.secretData is not base64: {e}"))
+        })?;
+        let objects = vec![key_secret(cr, &ns, &secret_name, &content)];
+        return Ok(Outcome { objects, key: Some(ServiceKey::parse(content)), waiting: None });
+    }
+    // A Secret the user manages: read it for the subaccount values, never write it.
+    let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get_opt(&secret_name)
+        .await
+        .map_err(|e| Error::kube(format!("reading Secret {secret_name}"), e))?;
+    let key_name = credentials_key(cr);
+    let content = secret.and_then(|s| s.data).and_then(|d| {
+        d.get(&key_name).or_else(|| d.get(names::SECRET_SERVICE_KEY_KEY)).map(|b| b.0.clone())
+    });
+    Ok(Outcome {
+        objects: vec![],
+        key: content.map(ServiceKey::parse),
+        waiting: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_subaccount_fields() {
+        let k = ServiceKey::parse(br#"{"subaccount_id":"sub-1","subaccount_subdomain":"dom","clientid":"x"}"#.to_vec());
+        assert_eq!(k.subaccount_id.as_deref(), Some("sub-1"));
+        assert_eq!(k.subaccount_subdomain.as_deref(), Some("dom"));
+        assert_eq!(ServiceKey::parse(b"not json".to_vec()).subaccount_id, None);
+    }
+}

@@ -1,0 +1,375 @@
+//! Taking over an installation left by the legacy reconciler: import the user's configuration into
+//! the CR, back up the legacy ConfigMaps, then replace the legacy objects. Every step checks its own
+//! state first, so a crash at any point resumes where it stopped and loses nothing.
+
+use std::collections::BTreeMap;
+
+use cp_api::{ConnectivityProxy, names};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::Error;
+
+/// CR annotation: `in-progress` or `done`.
+pub const MIGRATION_ANNOTATION: &str = "connectivityproxy.sap.com/legacy-migration";
+/// CR annotation recording the import of the legacy configuration (the imported field paths).
+pub const IMPORTED_ANNOTATION: &str = "connectivityproxy.sap.com/legacy-config-imported";
+/// Where the legacy ConfigMaps are backed up.
+pub const BACKUP_NAMESPACE: &str = "connectivity-proxy-backup";
+
+/// Whether a StatefulSet was left by the legacy reconciler.
+pub fn is_legacy(meta: &kube::api::ObjectMeta) -> bool {
+    let managed_by_us = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(names::LABEL_MANAGED_BY))
+        .is_some_and(|v| v == names::MANAGED_BY_VALUE);
+    let reconciler_label = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(names::LEGACY_LABEL_MANAGED_BY))
+        .is_some_and(|v| v == names::LEGACY_MANAGED_BY_VALUE);
+    let disclaimer = meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(names::LEGACY_DISCLAIMER_ANNOTATION));
+    !managed_by_us && (reconciler_label || disclaimer)
+}
+
+/// Why the legacy configuration cannot be imported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImportError {
+    /// The legacy field (dotted path in `connectivity-proxy-config.yml`).
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The CRD's defaults of `spec.config`: a CR value equal to one of these was not chosen by the user
+/// (the API server filled it in), so the legacy value replaces it, as `auto-provision` is replaced.
+fn config_defaults() -> Value {
+    json!({
+        "highAvailabilityMode": "off",
+        "integration": {"auditlog": {"mode": "console"}, "connectivityService": {"serviceCredentialsKey": "service_key"}},
+        "multiRegionMode": {"enabled": false},
+        "serviceChannels": {"enabled": true},
+        "tenantMode": "dedicated",
+        "servers": {
+            "businessDataTunnel": {"externalPort": 443},
+            "proxy": {
+                "http": {"enableProxyAuthorization": false, "enabled": true, "port": 20003},
+                "rfcAndLdap": {"enableProxyAuthorization": false, "enabled": true, "port": 20001},
+                "socks5": {"enableProxyAuthorization": false, "enabled": true, "port": 20004}
+            }
+        }
+    })
+}
+
+fn replaceable(current: Option<&Value>, default: Option<&Value>) -> bool {
+    match current {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) if names::is_auto_provision(Some(s)) => true,
+        Some(v) => default == Some(v),
+    }
+}
+
+fn merge(target: &mut Value, legacy: &Value, defaults: Option<&Value>, path: &str, imported: &mut Vec<String>) {
+    let Value::Object(legacy) = legacy else { return };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    for (k, lv) in legacy {
+        let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+        let d = defaults.and_then(|d| d.get(k));
+        if lv.is_object() {
+            let child = &mut target[k.as_str()];
+            merge(child, lv, d, &p, imported);
+        } else if replaceable(target.get(k), d) && target.get(k) != Some(lv) {
+            target[k.as_str()] = lv.clone();
+            imported.push(p);
+        }
+    }
+}
+
+/// Imports the legacy `connectivity-proxy-config.yml` and the `connectivity-proxy-info` ports into
+/// `config` (the CR's `spec.config` as JSON). Returns the new config and the imported paths.
+pub fn import(config: &Value, legacy_yaml: &str, info: &BTreeMap<String, String>) -> Result<(Value, Vec<String>), ImportError> {
+    let legacy: Value = serde_yaml::from_str(legacy_yaml).map_err(|e| ImportError {
+        field: names::CONFIGMAP_CONFIG_KEY.into(),
+        message: format!("not valid YAML: {e}"),
+    })?;
+    // Everything the legacy file says must be expressible in the CRD: never drop a field silently.
+    let typed: cp_api::cp::Config = serde_json::from_value(legacy.clone()).map_err(|e| ImportError {
+        field: names::CONFIGMAP_CONFIG_KEY.into(),
+        message: format!("does not fit spec.config: {e}"),
+    })?;
+    let back = serde_json::to_value(&typed).unwrap_or(Value::Null);
+    if let Some(field) = first_unknown(&legacy, &back, "") {
+        return Err(ImportError {
+            field: field.clone(),
+            message: format!("the legacy configuration sets {field}, which spec.config cannot express; move it by hand and delete it from ConfigMap connectivity-proxy"),
+        });
+    }
+    let mut legacy = legacy;
+    for (key, proxy) in [
+        ("onpremise_proxy_http_port", "http"),
+        ("onpremise_proxy_rfc_port", "rfcAndLdap"),
+        ("onpremise_socks5_proxy_port", "socks5"),
+    ] {
+        if let Some(port) = info.get(key) {
+            let port: i64 = port.trim().parse().map_err(|_| ImportError {
+                field: format!("{}.{key}", names::CONFIGMAP_INFO),
+                message: format!("{port:?} is not a port number"),
+            })?;
+            legacy["servers"]["proxy"][proxy]["port"] = json!(port);
+        }
+    }
+    let mut out = config.clone();
+    let mut imported = Vec::new();
+    merge(&mut out, &legacy, Some(&config_defaults()), "", &mut imported);
+    Ok((out, imported))
+}
+
+fn first_unknown(sent: &Value, known: &Value, path: &str) -> Option<String> {
+    match (sent, known) {
+        (Value::Object(s), Value::Object(k)) => s.iter().find_map(|(key, v)| {
+            let p = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+            match k.get(key) {
+                None if !v.is_null() => Some(p),
+                None => None,
+                Some(kv) => first_unknown(v, kv, &p),
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// What the migration step concluded.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Nothing to migrate (or done): continue with the install.
+    NotNeeded,
+    /// A step changed the CR; the change triggers the next reconcile.
+    Progressed(&'static str),
+    /// The legacy configuration cannot be imported.
+    Blocked(ImportError),
+}
+
+/// Legacy objects replaced once the configuration is imported: (apiVersion, kind, plural, namespaced in CR namespace?, names).
+const LEGACY_OBJECTS: &[(&str, &str, &str, &str, Option<&str>, &[&str])] = &[
+    ("apps", "v1", "StatefulSet", "statefulsets", None, &["connectivity-proxy"]),
+    ("", "v1", "Service", "services", None, &["connectivity-proxy", "connectivity-proxy-tunnel", "connectivity-proxy-tunnel-healthcheck", "connectivity-proxy-tunnel-0", "connectivity-proxy-smv"]),
+    ("networking.istio.io", "v1", "Gateway", "gateways", None, &["kyma-gateway-cc"]),
+    ("networking.istio.io", "v1", "VirtualService", "virtualservices", None, &["cc-proxy", "cc-proxy-healthcheck"]),
+    ("networking.istio.io", "v1", "DestinationRule", "destinationrules", None, &["connectivity-proxy", "connectivity-proxy-tunnel-0"]),
+    ("security.istio.io", "v1", "PeerAuthentication", "peerauthentications", None, &["enable-permissive-mode-for-cp"]),
+    ("networking.istio.io", "v1alpha3", "EnvoyFilter", "envoyfilters", Some("istio-system"), &["connectivity-proxy-custom-protocol"]),
+    ("apps", "v1", "Deployment", "deployments", None, &["connectivity-proxy-restart-watcher", "connectivity-proxy-sm-operator"]),
+    ("", "v1", "ServiceAccount", "serviceaccounts", None, &["connectivity-proxy-restart-watcher", "connectivity-proxy-sm-operator"]),
+    ("rbac.authorization.k8s.io", "v1", "Role", "roles", None, &["connectivity-proxy-restart-watcher", "connectivity-proxy-sm-operator"]),
+    ("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", None, &["connectivity-proxy-restart-watcher", "connectivity-proxy-sm-operator"]),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", Some(""), &["connectivity-proxy-restart-watcher", "connectivity-proxy-sm-operator"]),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", Some(""), &["connectivity-proxy-restart-watcher", "connectivity-proxy-sm-operator"]),
+];
+
+async fn annotate(client: &Client, cr: &ConnectivityProxy, key: &str, value: &str) -> Result<(), Error> {
+    let api: Api<ConnectivityProxy> = Api::namespaced(client.clone(), &cr.namespace().unwrap_or_default());
+    let patch = json!({"metadata": {"annotations": {key: value}}});
+    api.patch(&cr.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| Error::kube(format!("annotating the CR with {key}"), e))?;
+    Ok(())
+}
+
+/// Runs the next migration step, if any.
+pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome, Error> {
+    let ns = cr.namespace().unwrap_or_default();
+    let state = cr.annotations().get(MIGRATION_ANNOTATION).cloned();
+    if state.as_deref() == Some("done") {
+        return Ok(Outcome::NotNeeded);
+    }
+    let sts = Api::<StatefulSet>::namespaced(client.clone(), &ns)
+        .get_opt(names::STATEFULSET)
+        .await
+        .map_err(|e| Error::kube("reading the StatefulSet", e))?;
+    let legacy_present = sts.as_ref().is_some_and(|s| is_legacy(&s.metadata));
+    if state.is_none() {
+        if !legacy_present {
+            return Ok(Outcome::NotNeeded);
+        }
+        annotate(client, cr, MIGRATION_ANNOTATION, "in-progress").await?;
+        tracing::info!("legacy reconciler installation detected; migration started");
+        return Ok(Outcome::Progressed("LegacyInstallationDetected"));
+    }
+
+    // Backup (never overwrites an existing backup: the first copy is the legacy original).
+    let backups = backup(client, &ns).await?;
+
+    // Import.
+    if !cr.annotations().contains_key(IMPORTED_ANNOTATION) {
+        let legacy_cfg = backups.get(names::CONFIGMAP_CONFIG).and_then(|d| d.get(names::CONFIGMAP_CONFIG_KEY)).cloned();
+        let info = backups.get(names::CONFIGMAP_INFO).cloned().unwrap_or_default();
+        let config = serde_json::to_value(&cr.spec.config)?;
+        let (new_config, imported) = match legacy_cfg {
+            Some(yaml) => match import(&config, &yaml, &info) {
+                Ok(r) => r,
+                Err(e) => return Ok(Outcome::Blocked(e)),
+            },
+            None => (config.clone(), vec![]),
+        };
+        let api: Api<ConnectivityProxy> = Api::namespaced(client.clone(), &ns);
+        let summary = if imported.is_empty() { "nothing".to_string() } else { imported.join(",") };
+        let patch = json!({
+            "metadata": {"annotations": {IMPORTED_ANNOTATION: summary}},
+            "spec": {"config": new_config},
+        });
+        api.patch(&cr.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::kube("importing the legacy configuration into the CR", e))?;
+        tracing::info!(imported = ?imported, "legacy configuration imported into the CR");
+        return Ok(Outcome::Progressed("LegacyConfigurationImported"));
+    }
+
+    // Take over the ServiceMapping CRD (metadata only, never delete).
+    let crds: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource {
+        group: "apiextensions.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiextensions.k8s.io/v1".into(),
+        kind: "CustomResourceDefinition".into(),
+        plural: "customresourcedefinitions".into(),
+    });
+    let crd_name = "servicemappings.connectivityproxy.sap.com";
+    if crds.get_opt(crd_name).await.map_err(|e| Error::kube("reading the ServiceMapping CRD", e))?.is_some() {
+        let body = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": crd_name, "labels": {names::LABEL_MODULE: names::MODULE_VALUE}}});
+        crds.patch(crd_name, &PatchParams::apply(names::FIELD_MANAGER).force(), &Patch::Apply(&body))
+            .await
+            .map_err(|e| Error::kube("taking over the ServiceMapping CRD", e))?;
+    }
+
+    // Replace the legacy objects.
+    for (group, version, kind, plural, namespace, object_names) in LEGACY_OBJECTS {
+        let ar = ApiResource {
+            group: group.to_string(),
+            version: version.to_string(),
+            api_version: if group.is_empty() { version.to_string() } else { format!("{group}/{version}") },
+            kind: kind.to_string(),
+            plural: plural.to_string(),
+        };
+        let api: Api<DynamicObject> = match namespace {
+            Some("") => Api::all_with(client.clone(), &ar),
+            Some(n) => Api::namespaced_with(client.clone(), n, &ar),
+            None => Api::namespaced_with(client.clone(), &ns, &ar),
+        };
+        for name in *object_names {
+            let live = match api.get_opt(name).await {
+                Ok(o) => o,
+                // The API does not exist in this cluster (e.g. no Istio): nothing to replace.
+                Err(kube::Error::Api(s)) if s.code == 404 => None,
+                Err(e) => return Err(Error::kube(format!("reading legacy {kind} {name}"), e)),
+            };
+            let Some(live) = live else { continue };
+            let ours = live.labels().get(names::LABEL_MANAGED_BY).map(String::as_str) == Some(names::MANAGED_BY_VALUE);
+            if ours {
+                continue;
+            }
+            match api.delete(name, &DeleteParams::background()).await {
+                Ok(_) => tracing::info!(kind, name, "legacy object removed"),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(Error::kube(format!("removing legacy {kind} {name}"), e)),
+            }
+        }
+    }
+    annotate(client, cr, MIGRATION_ANNOTATION, "done").await?;
+    tracing::info!("legacy migration done");
+    Ok(Outcome::Progressed("LegacyMigrationDone"))
+}
+
+/// Copies the legacy ConfigMaps into the backup namespace unless a backup exists; returns the
+/// backed-up data by ConfigMap name.
+async fn backup(client: &Client, ns: &str) -> Result<BTreeMap<String, BTreeMap<String, String>>, Error> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(BACKUP_NAMESPACE).await.map_err(|e| Error::kube("reading the backup namespace", e))?.is_none() {
+        let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": BACKUP_NAMESPACE, "labels": names::managed_labels()}});
+        namespaces
+            .patch(BACKUP_NAMESPACE, &PatchParams::apply(names::FIELD_MANAGER), &Patch::Apply(&body))
+            .await
+            .map_err(|e| Error::kube("creating the backup namespace", e))?;
+    }
+    let source: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let target: Api<ConfigMap> = Api::namespaced(client.clone(), BACKUP_NAMESPACE);
+    let mut out = BTreeMap::new();
+    for name in [names::CONFIGMAP_CONFIG, names::CONFIGMAP_INFO] {
+        if let Some(existing) = target.get_opt(name).await.map_err(|e| Error::kube("reading a backup", e))? {
+            out.insert(name.to_string(), existing.data.unwrap_or_default());
+            continue;
+        }
+        let Some(cm) = source.get_opt(name).await.map_err(|e| Error::kube(format!("reading legacy ConfigMap {name}"), e))? else {
+            continue;
+        };
+        let data = cm.data.clone().unwrap_or_default();
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": BACKUP_NAMESPACE, "labels": names::managed_labels(),
+                "annotations": {"connectivityproxy.sap.com/backup-of": format!("{ns}/{name}"),
+                    "connectivityproxy.sap.com/original-uid": cm.uid().unwrap_or_default()}},
+            "data": data});
+        target
+            .patch(name, &PatchParams::apply(names::FIELD_MANAGER), &Patch::Apply(&body))
+            .await
+            .map_err(|e| Error::kube(format!("backing up ConfigMap {name}"), e))?;
+        tracing::info!(name, "legacy ConfigMap backed up to {BACKUP_NAMESPACE}");
+        out.insert(name.to_string(), data);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEGACY: &str = "highAvailabilityMode: \"off\"\nintegration:\n  auditlog:\n    mode: console\n  connectivityService:\n    serviceCredentialsKey: service_key\nservers:\n  businessDataTunnel:\n    externalHost: test.me.plz\n    externalPort: 443\n  proxy:\n    http:\n      enableProxyAuthorization: false\n      enabled: true\n    rfcAndLdap:\n      enableProxyAuthorization: false\n      enabled: true\n    socks5:\n      enableProxyAuthorization: false\n      enabled: true\nsubaccountId: 00000000-0000-0000-0000-000000000000\nsubaccountSubdomain: obfuscated-subaccount-subdomain\ntenantMode: shared\n";
+
+    fn default_config() -> Value {
+        json!({
+            "servers": {"businessDataTunnel": {"externalHost": "auto-provision", "externalPort": 443},
+                "proxy": {"http": {"port": 20003, "enabled": true, "enableProxyAuthorization": false}}},
+            "subaccountId": "auto-provision", "subaccountSubdomain": "auto-provision", "tenantMode": "dedicated"
+        })
+    }
+
+    #[test]
+    fn imports_auto_provisioned_and_defaulted_values() {
+        let info: BTreeMap<String, String> = [("onpremise_proxy_http_port", "20013"), ("onpremise_proxy_rfc_port", "20011"), ("onpremise_socks5_proxy_port", "20014")]
+            .into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let (cfg, imported) = import(&default_config(), LEGACY, &info).expect("imports");
+        assert_eq!(cfg["servers"]["businessDataTunnel"]["externalHost"], "test.me.plz");
+        assert_eq!(cfg["subaccountId"], "00000000-0000-0000-0000-000000000000");
+        assert_eq!(cfg["subaccountSubdomain"], "obfuscated-subaccount-subdomain");
+        assert_eq!(cfg["tenantMode"], "shared", "a defaulted value is replaced by the legacy one");
+        assert_eq!(cfg["servers"]["proxy"]["http"]["port"], 20013);
+        assert_eq!(cfg["servers"]["proxy"]["socks5"]["port"], 20014);
+        assert!(imported.contains(&"servers.businessDataTunnel.externalHost".to_string()));
+    }
+
+    #[test]
+    fn a_users_own_value_is_kept() {
+        let mut cfg = default_config();
+        cfg["servers"]["businessDataTunnel"]["externalHost"] = json!("mine.example.com");
+        let (out, _) = import(&cfg, LEGACY, &BTreeMap::new()).expect("imports");
+        assert_eq!(out["servers"]["businessDataTunnel"]["externalHost"], "mine.example.com");
+    }
+
+    #[test]
+    fn inexpressible_legacy_field_is_an_error_naming_it() {
+        let legacy = format!("{LEGACY}servers2: x\n");
+        let err = import(&default_config(), &legacy, &BTreeMap::new()).expect_err("refused");
+        assert_eq!(err.field, "servers2");
+        let legacy = LEGACY.replace("    socks5:\n", "    socks5:\n      bogus: 1\n");
+        let err = import(&default_config(), &legacy, &BTreeMap::new()).expect_err("refused");
+        assert_eq!(err.field, "servers.proxy.socks5.bogus");
+    }
+}

@@ -1,0 +1,60 @@
+//! Operator upgrades: `spec.deployment` moves to this release's defaults; user fields stay.
+
+use cp_api::{ConnectivityProxy, defaults};
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::Error;
+
+/// This release's `spec.deployment` defaults, optionally with an override merged over them
+/// (`--deployment-defaults-override`, for hotfix images and upgrade tests).
+pub fn release_defaults(override_json: Option<&Value>) -> Value {
+    let mut d = defaults::deployment_defaults_json();
+    if let Some(o) = override_json {
+        merge(&mut d, o);
+    }
+    d
+}
+
+fn merge(target: &mut Value, over: &Value) {
+    match (target, over) {
+        (Value::Object(t), Value::Object(o)) => {
+            for (k, v) in o {
+                merge(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (t, o) => *t = o.clone(),
+    }
+}
+
+/// Identifies a set of defaults: the release and a hash of the values.
+pub fn defaults_id(defaults: &Value) -> String {
+    format!("{}-{}", defaults::RELEASE, crate::apply::hash_str(&defaults.to_string()))
+}
+
+/// Moves `spec.deployment` to `release` defaults unless the CR already holds them; returns whether it wrote.
+pub async fn ensure_release_defaults(client: &Client, cr: &ConnectivityProxy, release: &Value) -> Result<bool, Error> {
+    let id = defaults_id(release);
+    if cr.annotations().get(defaults::DEFAULTS_RELEASE_ANNOTATION) == Some(&id) {
+        return Ok(false);
+    }
+    let current = serde_json::to_value(&cr.spec.deployment)?;
+    let mut deployment = release.clone();
+    // A merge patch keeps keys it does not mention: clear the ones the new defaults do not have.
+    if let (Value::Object(cur), Value::Object(new)) = (&current, &mut deployment) {
+        for k in cur.keys() {
+            new.entry(k.clone()).or_insert(Value::Null);
+        }
+    }
+    let patch = json!({
+        "metadata": {"annotations": {defaults::DEFAULTS_RELEASE_ANNOTATION: id}},
+        "spec": {"deployment": deployment},
+    });
+    Api::<ConnectivityProxy>::namespaced(client.clone(), &cr.namespace().unwrap_or_default())
+        .patch(&cr.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| Error::kube("moving spec.deployment to this release's defaults", e))?;
+    tracing::info!(release = %id, "spec.deployment moved to this release's defaults");
+    Ok(true)
+}
