@@ -63,11 +63,20 @@ fn key_secret(cr: &ConnectivityProxy, ns: &str, name: &str, content: &[u8]) -> D
     let mut data = serde_json::Map::new();
     data.insert(names::SECRET_SERVICE_KEY_KEY.into(), json!(encoded));
     data.insert(credentials_key(cr), json!(encoded));
-    object(cr, Kind::Secret, Some(ns), name, json!({"type": "Opaque", "data": data}))
+    object(
+        cr,
+        Kind::Secret,
+        Some(ns),
+        name,
+        json!({"type": "Opaque", "data": data}),
+    )
 }
 
 fn binding_ready(binding: &DynamicObject) -> Result<(), String> {
-    let conditions = binding.data["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let conditions = binding.data["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let ready = conditions.iter().find(|c| c["type"] == "Ready");
     match ready {
         Some(c) if c["status"] == "True" => Ok(()),
@@ -77,7 +86,15 @@ fn binding_ready(binding: &DynamicObject) -> Result<(), String> {
             c["reason"].as_str().unwrap_or(""),
             c["message"].as_str().unwrap_or("")
         )),
-        None => Err(format!("ServiceBinding {} has no Ready condition yet; the SAP BTP service operator is provisioning it", binding.name_any())),
+        None => Err(format!(
+            "ServiceBinding {} has no Ready condition yet; the SAP BTP service operator is provisioning it (status: {})",
+            binding.name_any(),
+            binding
+                .data
+                .get("status")
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "none".into())
+        )),
     }
 }
 
@@ -92,26 +109,46 @@ pub async fn service_key(client: &Client, cr: &ConnectivityProxy) -> Result<Outc
         let binding_secret = names::binding_secret_name(&cr_name, &ns);
         let key_name = credentials_key(cr);
         let mut objects = vec![
-            object(cr, Kind::ServiceInstance, Some(&ns), &instance, json!({"spec": {
-                "serviceOfferingName": "connectivity", "servicePlanName": "connectivity_proxy",
-                "externalName": instance,
-            }})),
-            object(cr, Kind::ServiceBinding, Some(&ns), &binding, json!({"spec": {
-                "serviceInstanceName": instance, "secretName": binding_secret, "secretKey": key_name,
-                "externalName": binding,
-            }})),
+            object(
+                cr,
+                Kind::ServiceInstance,
+                Some(&ns),
+                &instance,
+                json!({"spec": {
+                    "serviceOfferingName": "connectivity", "servicePlanName": "connectivity_proxy",
+                    "externalName": instance,
+                }}),
+            ),
+            object(
+                cr,
+                Kind::ServiceBinding,
+                Some(&ns),
+                &binding,
+                json!({"spec": {
+                    "serviceInstanceName": instance, "secretName": binding_secret, "secretKey": key_name,
+                    "externalName": binding,
+                }}),
+            ),
         ];
-        let live = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &Kind::ServiceBinding.api_resource())
-            .get_opt(&binding)
-            .await
-            .map_err(|e| Error::kube("reading the ServiceBinding", e))?;
+        let live = Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &ns,
+            &Kind::ServiceBinding.api_resource(),
+        )
+        .get_opt(&binding)
+        .await
+        .map_err(|e| Error::kube("reading the ServiceBinding", e))?;
         let waiting = match live.as_ref().map(binding_ready) {
             None => Some(format!("ServiceBinding {binding} is being created")),
             Some(Err(msg)) => Some(msg),
             Some(Ok(())) => None,
         };
         if waiting.is_some() {
-            return Ok(Outcome { objects, key: None, waiting });
+            return Ok(Outcome {
+                objects,
+                key: None,
+                waiting,
+            });
         }
         let secret = Api::<Secret>::namespaced(client.clone(), &ns)
             .get_opt(&binding_secret)
@@ -124,19 +161,31 @@ pub async fn service_key(client: &Client, cr: &ConnectivityProxy) -> Result<Outc
             return Ok(Outcome {
                 objects,
                 key: None,
-                waiting: Some(format!("Secret {binding_secret} of ServiceBinding {binding} has no key {key_name} yet")),
+                waiting: Some(format!(
+                    "Secret {binding_secret} of ServiceBinding {binding} has no key {key_name} yet"
+                )),
             });
         };
         objects.push(key_secret(cr, &ns, names::SECRET_SERVICE_KEY, &content));
-        return Ok(Outcome { objects, key: Some(ServiceKey::parse(content)), waiting: None });
+        return Ok(Outcome {
+            objects,
+            key: Some(ServiceKey::parse(content)),
+            waiting: None,
+        });
     }
     if let Some(data) = secret_data {
         // Validated by the CRD's base64 pattern; a key that still does not decode is reported.
         let content = STANDARD.decode(data.trim()).map_err(|e| {
-            Error::Invalid(format!("spec.secretConfig.integration.connectivityService.secretData is not base64: {e}"))
+            Error::Invalid(format!(
+                "spec.secretConfig.integration.connectivityService.secretData is not base64: {e}"
+            ))
         })?;
         let objects = vec![key_secret(cr, &ns, &secret_name, &content)];
-        return Ok(Outcome { objects, key: Some(ServiceKey::parse(content)), waiting: None });
+        return Ok(Outcome {
+            objects,
+            key: Some(ServiceKey::parse(content)),
+            waiting: None,
+        });
     }
     // A Secret the user manages: read it for the subaccount values, never write it.
     let secret = Api::<Secret>::namespaced(client.clone(), &ns)
@@ -145,7 +194,9 @@ pub async fn service_key(client: &Client, cr: &ConnectivityProxy) -> Result<Outc
         .map_err(|e| Error::kube(format!("reading Secret {secret_name}"), e))?;
     let key_name = credentials_key(cr);
     let content = secret.and_then(|s| s.data).and_then(|d| {
-        d.get(&key_name).or_else(|| d.get(names::SECRET_SERVICE_KEY_KEY)).map(|b| b.0.clone())
+        d.get(&key_name)
+            .or_else(|| d.get(names::SECRET_SERVICE_KEY_KEY))
+            .map(|b| b.0.clone())
     });
     Ok(Outcome {
         objects: vec![],
@@ -160,7 +211,9 @@ mod tests {
 
     #[test]
     fn parses_subaccount_fields() {
-        let k = ServiceKey::parse(br#"{"subaccount_id":"sub-1","subaccount_subdomain":"dom","clientid":"x"}"#.to_vec());
+        let k = ServiceKey::parse(
+            br#"{"subaccount_id":"sub-1","subaccount_subdomain":"dom","clientid":"x"}"#.to_vec(),
+        );
         assert_eq!(k.subaccount_id.as_deref(), Some("sub-1"));
         assert_eq!(k.subaccount_subdomain.as_deref(), Some("dom"));
         assert_eq!(ServiceKey::parse(b"not json".to_vec()).subaccount_id, None);

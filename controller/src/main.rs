@@ -115,7 +115,9 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let overrides: Option<serde_json::Value> = match &args.deployment_defaults_override {
-        Some(s) => Some(serde_json::from_str(s).context("--deployment-defaults-override is not JSON")?),
+        Some(s) => {
+            Some(serde_json::from_str(s).context("--deployment-defaults-override is not JSON")?)
+        }
         None => None,
     };
     let client = Client::try_default()

@@ -29,13 +29,19 @@ pub fn endpoint(m: &ServiceMapping, resolved: &Resolved, port: i32) -> String {
 
 /// Labels a mapping as taken over and writes its endpoint, each only when it differs.
 /// Returns how many writes it made.
-pub async fn reconcile_mappings(client: &Client, mappings: &[Arc<ServiceMapping>], resolved: &Resolved, port: i32) -> Result<usize, Error> {
+pub async fn reconcile_mappings(
+    client: &Client,
+    mappings: &[Arc<ServiceMapping>],
+    resolved: &Resolved,
+    port: i32,
+) -> Result<usize, Error> {
     let api: Api<ServiceMapping> = Api::all(client.clone());
     let pp = PatchParams::apply(names::FIELD_MANAGER).force();
     let mut writes = 0;
     for m in mappings {
         let name = m.name_any();
-        let labelled = m.labels().get(names::LABEL_MODULE).map(String::as_str) == Some(names::MODULE_VALUE)
+        let labelled = m.labels().get(names::LABEL_MODULE).map(String::as_str)
+            == Some(names::MODULE_VALUE)
             && m.annotations().contains_key(ADOPTED_ANNOTATION);
         if !labelled {
             // Only metadata: the spec stays the user's.
@@ -56,7 +62,9 @@ pub async fn reconcile_mappings(client: &Client, mappings: &[Arc<ServiceMapping>
                 "metadata": {"name": name}, "status": {"endpoint": want}});
             api.patch_status(&name, &pp, &Patch::Apply(&body))
                 .await
-                .map_err(|e| Error::kube(format!("writing the endpoint of ServiceMapping {name}"), e))?;
+                .map_err(|e| {
+                    Error::kube(format!("writing the endpoint of ServiceMapping {name}"), e)
+                })?;
             writes += 1;
         }
     }

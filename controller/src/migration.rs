@@ -76,13 +76,25 @@ fn replaceable(current: Option<&Value>, default: Option<&Value>) -> bool {
     }
 }
 
-fn merge(target: &mut Value, legacy: &Value, defaults: Option<&Value>, path: &str, imported: &mut Vec<String>) {
-    let Value::Object(legacy) = legacy else { return };
+fn merge(
+    target: &mut Value,
+    legacy: &Value,
+    defaults: Option<&Value>,
+    path: &str,
+    imported: &mut Vec<String>,
+) {
+    let Value::Object(legacy) = legacy else {
+        return;
+    };
     if !target.is_object() {
         *target = json!({});
     }
     for (k, lv) in legacy {
-        let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+        let p = if path.is_empty() {
+            k.clone()
+        } else {
+            format!("{path}.{k}")
+        };
         let d = defaults.and_then(|d| d.get(k));
         if lv.is_object() {
             let child = &mut target[k.as_str()];
@@ -96,21 +108,28 @@ fn merge(target: &mut Value, legacy: &Value, defaults: Option<&Value>, path: &st
 
 /// Imports the legacy `connectivity-proxy-config.yml` and the `connectivity-proxy-info` ports into
 /// `config` (the CR's `spec.config` as JSON). Returns the new config and the imported paths.
-pub fn import(config: &Value, legacy_yaml: &str, info: &BTreeMap<String, String>) -> Result<(Value, Vec<String>), ImportError> {
+pub fn import(
+    config: &Value,
+    legacy_yaml: &str,
+    info: &BTreeMap<String, String>,
+) -> Result<(Value, Vec<String>), ImportError> {
     let legacy: Value = serde_yaml::from_str(legacy_yaml).map_err(|e| ImportError {
         field: names::CONFIGMAP_CONFIG_KEY.into(),
         message: format!("not valid YAML: {e}"),
     })?;
     // Everything the legacy file says must be expressible in the CRD: never drop a field silently.
-    let typed: cp_api::cp::Config = serde_json::from_value(legacy.clone()).map_err(|e| ImportError {
-        field: names::CONFIGMAP_CONFIG_KEY.into(),
-        message: format!("does not fit spec.config: {e}"),
-    })?;
+    let typed: cp_api::cp::Config =
+        serde_json::from_value(legacy.clone()).map_err(|e| ImportError {
+            field: names::CONFIGMAP_CONFIG_KEY.into(),
+            message: format!("does not fit spec.config: {e}"),
+        })?;
     let back = serde_json::to_value(&typed).unwrap_or(Value::Null);
     if let Some(field) = first_unknown(&legacy, &back, "") {
         return Err(ImportError {
             field: field.clone(),
-            message: format!("the legacy configuration sets {field}, which spec.config cannot express; move it by hand and delete it from ConfigMap connectivity-proxy"),
+            message: format!(
+                "the legacy configuration sets {field}, which spec.config cannot express; move it by hand and delete it from ConfigMap connectivity-proxy"
+            ),
         });
     }
     let mut legacy = legacy;
@@ -129,14 +148,24 @@ pub fn import(config: &Value, legacy_yaml: &str, info: &BTreeMap<String, String>
     }
     let mut out = config.clone();
     let mut imported = Vec::new();
-    merge(&mut out, &legacy, Some(&config_defaults()), "", &mut imported);
+    merge(
+        &mut out,
+        &legacy,
+        Some(&config_defaults()),
+        "",
+        &mut imported,
+    );
     Ok((out, imported))
 }
 
 fn first_unknown(sent: &Value, known: &Value, path: &str) -> Option<String> {
     match (sent, known) {
         (Value::Object(s), Value::Object(k)) => s.iter().find_map(|(key, v)| {
-            let p = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+            let p = if path.is_empty() {
+                key.clone()
+            } else {
+                format!("{path}.{key}")
+            };
             match k.get(key) {
                 None if !v.is_null() => Some(p),
                 None => None,
@@ -160,27 +189,152 @@ pub enum Outcome {
 
 /// Legacy objects replaced once the configuration is imported: (apiVersion, kind, plural, namespaced in CR namespace?, names).
 const LEGACY_OBJECTS: &[(&str, &str, &str, &str, Option<&str>, &[&str])] = &[
-    ("apps", "v1", "StatefulSet", "statefulsets", None, &["connectivity-proxy"]),
-    ("", "v1", "Service", "services", None, &["connectivity-proxy", "connectivity-proxy-tunnel", "connectivity-proxy-tunnel-healthcheck", "connectivity-proxy-tunnel-0", "connectivity-proxy-smv"]),
-    ("networking.istio.io", "v1", "Gateway", "gateways", None, &["kyma-gateway-cc"]),
-    ("networking.istio.io", "v1", "VirtualService", "virtualservices", None, &["cc-proxy", "cc-proxy-healthcheck"]),
-    ("networking.istio.io", "v1", "DestinationRule", "destinationrules", None, &["connectivity-proxy", "connectivity-proxy-tunnel-0"]),
-    ("security.istio.io", "v1", "PeerAuthentication", "peerauthentications", None, &["enable-permissive-mode-for-cp"]),
-    ("networking.istio.io", "v1alpha3", "EnvoyFilter", "envoyfilters", Some("istio-system"), &["connectivity-proxy-custom-protocol"]),
-    ("apps", "v1", "Deployment", "deployments", None, &["connectivity-proxy-restart-watcher", "connectivity-proxy-sm-operator"]),
-    ("", "v1", "ServiceAccount", "serviceaccounts", None, &["connectivity-proxy-restart-watcher", "connectivity-proxy-sm-operator"]),
-    ("rbac.authorization.k8s.io", "v1", "Role", "roles", None, &["connectivity-proxy-restart-watcher", "connectivity-proxy-sm-operator"]),
-    ("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", None, &["connectivity-proxy-restart-watcher", "connectivity-proxy-sm-operator"]),
-    ("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", Some(""), &["connectivity-proxy-restart-watcher", "connectivity-proxy-sm-operator"]),
-    ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", Some(""), &["connectivity-proxy-restart-watcher", "connectivity-proxy-sm-operator"]),
+    (
+        "apps",
+        "v1",
+        "StatefulSet",
+        "statefulsets",
+        None,
+        &["connectivity-proxy"],
+    ),
+    (
+        "",
+        "v1",
+        "Service",
+        "services",
+        None,
+        &[
+            "connectivity-proxy",
+            "connectivity-proxy-tunnel",
+            "connectivity-proxy-tunnel-healthcheck",
+            "connectivity-proxy-tunnel-0",
+            "connectivity-proxy-smv",
+        ],
+    ),
+    (
+        "networking.istio.io",
+        "v1",
+        "Gateway",
+        "gateways",
+        None,
+        &["kyma-gateway-cc"],
+    ),
+    (
+        "networking.istio.io",
+        "v1",
+        "VirtualService",
+        "virtualservices",
+        None,
+        &["cc-proxy", "cc-proxy-healthcheck"],
+    ),
+    (
+        "networking.istio.io",
+        "v1",
+        "DestinationRule",
+        "destinationrules",
+        None,
+        &["connectivity-proxy", "connectivity-proxy-tunnel-0"],
+    ),
+    (
+        "security.istio.io",
+        "v1",
+        "PeerAuthentication",
+        "peerauthentications",
+        None,
+        &["enable-permissive-mode-for-cp"],
+    ),
+    (
+        "networking.istio.io",
+        "v1alpha3",
+        "EnvoyFilter",
+        "envoyfilters",
+        Some("istio-system"),
+        &["connectivity-proxy-custom-protocol"],
+    ),
+    (
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        None,
+        &[
+            "connectivity-proxy-restart-watcher",
+            "connectivity-proxy-sm-operator",
+        ],
+    ),
+    (
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        None,
+        &[
+            "connectivity-proxy-restart-watcher",
+            "connectivity-proxy-sm-operator",
+        ],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "Role",
+        "roles",
+        None,
+        &[
+            "connectivity-proxy-restart-watcher",
+            "connectivity-proxy-sm-operator",
+        ],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+        None,
+        &[
+            "connectivity-proxy-restart-watcher",
+            "connectivity-proxy-sm-operator",
+        ],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+        Some(""),
+        &[
+            "connectivity-proxy-restart-watcher",
+            "connectivity-proxy-sm-operator",
+        ],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        Some(""),
+        &[
+            "connectivity-proxy-restart-watcher",
+            "connectivity-proxy-sm-operator",
+        ],
+    ),
 ];
 
-async fn annotate(client: &Client, cr: &ConnectivityProxy, key: &str, value: &str) -> Result<(), Error> {
-    let api: Api<ConnectivityProxy> = Api::namespaced(client.clone(), &cr.namespace().unwrap_or_default());
+async fn annotate(
+    client: &Client,
+    cr: &ConnectivityProxy,
+    key: &str,
+    value: &str,
+) -> Result<(), Error> {
+    let api: Api<ConnectivityProxy> =
+        Api::namespaced(client.clone(), &cr.namespace().unwrap_or_default());
     let patch = json!({"metadata": {"annotations": {key: value}}});
-    api.patch(&cr.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| Error::kube(format!("annotating the CR with {key}"), e))?;
+    api.patch(
+        &cr.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(|e| Error::kube(format!("annotating the CR with {key}"), e))?;
     Ok(())
 }
 
@@ -210,8 +364,14 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
 
     // Import.
     if !cr.annotations().contains_key(IMPORTED_ANNOTATION) {
-        let legacy_cfg = backups.get(names::CONFIGMAP_CONFIG).and_then(|d| d.get(names::CONFIGMAP_CONFIG_KEY)).cloned();
-        let info = backups.get(names::CONFIGMAP_INFO).cloned().unwrap_or_default();
+        let legacy_cfg = backups
+            .get(names::CONFIGMAP_CONFIG)
+            .and_then(|d| d.get(names::CONFIGMAP_CONFIG_KEY))
+            .cloned();
+        let info = backups
+            .get(names::CONFIGMAP_INFO)
+            .cloned()
+            .unwrap_or_default();
         let config = serde_json::to_value(&cr.spec.config)?;
         let (new_config, imported) = match legacy_cfg {
             Some(yaml) => match import(&config, &yaml, &info) {
@@ -221,33 +381,53 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
             None => (config.clone(), vec![]),
         };
         let api: Api<ConnectivityProxy> = Api::namespaced(client.clone(), &ns);
-        let summary = if imported.is_empty() { "nothing".to_string() } else { imported.join(",") };
+        let summary = if imported.is_empty() {
+            "nothing".to_string()
+        } else {
+            imported.join(",")
+        };
         let patch = json!({
             "metadata": {"annotations": {IMPORTED_ANNOTATION: summary}},
             "spec": {"config": new_config},
         });
-        api.patch(&cr.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| Error::kube("importing the legacy configuration into the CR", e))?;
+        api.patch(
+            &cr.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|e| Error::kube("importing the legacy configuration into the CR", e))?;
         tracing::info!(imported = ?imported, "legacy configuration imported into the CR");
         return Ok(Outcome::Progressed("LegacyConfigurationImported"));
     }
 
     // Take over the ServiceMapping CRD (metadata only, never delete).
-    let crds: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource {
-        group: "apiextensions.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "apiextensions.k8s.io/v1".into(),
-        kind: "CustomResourceDefinition".into(),
-        plural: "customresourcedefinitions".into(),
-    });
+    let crds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource {
+            group: "apiextensions.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "apiextensions.k8s.io/v1".into(),
+            kind: "CustomResourceDefinition".into(),
+            plural: "customresourcedefinitions".into(),
+        },
+    );
     let crd_name = "servicemappings.connectivityproxy.sap.com";
-    if crds.get_opt(crd_name).await.map_err(|e| Error::kube("reading the ServiceMapping CRD", e))?.is_some() {
+    if crds
+        .get_opt(crd_name)
+        .await
+        .map_err(|e| Error::kube("reading the ServiceMapping CRD", e))?
+        .is_some()
+    {
         let body = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": crd_name, "labels": {names::LABEL_MODULE: names::MODULE_VALUE}}});
-        crds.patch(crd_name, &PatchParams::apply(names::FIELD_MANAGER).force(), &Patch::Apply(&body))
-            .await
-            .map_err(|e| Error::kube("taking over the ServiceMapping CRD", e))?;
+        crds.patch(
+            crd_name,
+            &PatchParams::apply(names::FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|e| Error::kube("taking over the ServiceMapping CRD", e))?;
     }
 
     // Replace the legacy objects.
@@ -255,7 +435,11 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
         let ar = ApiResource {
             group: group.to_string(),
             version: version.to_string(),
-            api_version: if group.is_empty() { version.to_string() } else { format!("{group}/{version}") },
+            api_version: if group.is_empty() {
+                version.to_string()
+            } else {
+                format!("{group}/{version}")
+            },
             kind: kind.to_string(),
             plural: plural.to_string(),
         };
@@ -272,7 +456,11 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
                 Err(e) => return Err(Error::kube(format!("reading legacy {kind} {name}"), e)),
             };
             let Some(live) = live else { continue };
-            let ours = live.labels().get(names::LABEL_MANAGED_BY).map(String::as_str) == Some(names::MANAGED_BY_VALUE);
+            let ours = live
+                .labels()
+                .get(names::LABEL_MANAGED_BY)
+                .map(String::as_str)
+                == Some(names::MANAGED_BY_VALUE);
             if ours {
                 continue;
             }
@@ -290,13 +478,25 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
 
 /// Copies the legacy ConfigMaps into the backup namespace unless a backup exists; returns the
 /// backed-up data by ConfigMap name.
-async fn backup(client: &Client, ns: &str) -> Result<BTreeMap<String, BTreeMap<String, String>>, Error> {
+async fn backup(
+    client: &Client,
+    ns: &str,
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, Error> {
     use k8s_openapi::api::core::v1::Namespace;
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    if namespaces.get_opt(BACKUP_NAMESPACE).await.map_err(|e| Error::kube("reading the backup namespace", e))?.is_none() {
+    if namespaces
+        .get_opt(BACKUP_NAMESPACE)
+        .await
+        .map_err(|e| Error::kube("reading the backup namespace", e))?
+        .is_none()
+    {
         let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": BACKUP_NAMESPACE, "labels": names::managed_labels()}});
         namespaces
-            .patch(BACKUP_NAMESPACE, &PatchParams::apply(names::FIELD_MANAGER), &Patch::Apply(&body))
+            .patch(
+                BACKUP_NAMESPACE,
+                &PatchParams::apply(names::FIELD_MANAGER),
+                &Patch::Apply(&body),
+            )
             .await
             .map_err(|e| Error::kube("creating the backup namespace", e))?;
     }
@@ -304,11 +504,19 @@ async fn backup(client: &Client, ns: &str) -> Result<BTreeMap<String, BTreeMap<S
     let target: Api<ConfigMap> = Api::namespaced(client.clone(), BACKUP_NAMESPACE);
     let mut out = BTreeMap::new();
     for name in [names::CONFIGMAP_CONFIG, names::CONFIGMAP_INFO] {
-        if let Some(existing) = target.get_opt(name).await.map_err(|e| Error::kube("reading a backup", e))? {
+        if let Some(existing) = target
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::kube("reading a backup", e))?
+        {
             out.insert(name.to_string(), existing.data.unwrap_or_default());
             continue;
         }
-        let Some(cm) = source.get_opt(name).await.map_err(|e| Error::kube(format!("reading legacy ConfigMap {name}"), e))? else {
+        let Some(cm) = source
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::kube(format!("reading legacy ConfigMap {name}"), e))?
+        else {
             continue;
         };
         let data = cm.data.clone().unwrap_or_default();
@@ -318,7 +526,11 @@ async fn backup(client: &Client, ns: &str) -> Result<BTreeMap<String, BTreeMap<S
                     "connectivityproxy.sap.com/original-uid": cm.uid().unwrap_or_default()}},
             "data": data});
         target
-            .patch(name, &PatchParams::apply(names::FIELD_MANAGER), &Patch::Apply(&body))
+            .patch(
+                name,
+                &PatchParams::apply(names::FIELD_MANAGER),
+                &Patch::Apply(&body),
+            )
             .await
             .map_err(|e| Error::kube(format!("backing up ConfigMap {name}"), e))?;
         tracing::info!(name, "legacy ConfigMap backed up to {BACKUP_NAMESPACE}");
@@ -343,13 +555,28 @@ mod tests {
 
     #[test]
     fn imports_auto_provisioned_and_defaulted_values() {
-        let info: BTreeMap<String, String> = [("onpremise_proxy_http_port", "20013"), ("onpremise_proxy_rfc_port", "20011"), ("onpremise_socks5_proxy_port", "20014")]
-            .into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let info: BTreeMap<String, String> = [
+            ("onpremise_proxy_http_port", "20013"),
+            ("onpremise_proxy_rfc_port", "20011"),
+            ("onpremise_socks5_proxy_port", "20014"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
         let (cfg, imported) = import(&default_config(), LEGACY, &info).expect("imports");
-        assert_eq!(cfg["servers"]["businessDataTunnel"]["externalHost"], "test.me.plz");
+        assert_eq!(
+            cfg["servers"]["businessDataTunnel"]["externalHost"],
+            "test.me.plz"
+        );
         assert_eq!(cfg["subaccountId"], "00000000-0000-0000-0000-000000000000");
-        assert_eq!(cfg["subaccountSubdomain"], "obfuscated-subaccount-subdomain");
-        assert_eq!(cfg["tenantMode"], "shared", "a defaulted value is replaced by the legacy one");
+        assert_eq!(
+            cfg["subaccountSubdomain"],
+            "obfuscated-subaccount-subdomain"
+        );
+        assert_eq!(
+            cfg["tenantMode"], "shared",
+            "a defaulted value is replaced by the legacy one"
+        );
         assert_eq!(cfg["servers"]["proxy"]["http"]["port"], 20013);
         assert_eq!(cfg["servers"]["proxy"]["socks5"]["port"], 20014);
         assert!(imported.contains(&"servers.businessDataTunnel.externalHost".to_string()));
@@ -360,7 +587,10 @@ mod tests {
         let mut cfg = default_config();
         cfg["servers"]["businessDataTunnel"]["externalHost"] = json!("mine.example.com");
         let (out, _) = import(&cfg, LEGACY, &BTreeMap::new()).expect("imports");
-        assert_eq!(out["servers"]["businessDataTunnel"]["externalHost"], "mine.example.com");
+        assert_eq!(
+            out["servers"]["businessDataTunnel"]["externalHost"],
+            "mine.example.com"
+        );
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub async fn reconcile(cr: Arc<ConnectivityProxy>, ctx: Arc<Ctx>) -> Result<Acti
     ctx.metrics
         .service_mappings
         .set(ctx.mappings.state().len() as i64);
+    tracing::debug!(result = ?result, elapsed = ?start.elapsed(), "reconcile finished");
     result
 }
 
@@ -83,7 +84,9 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         return Ok(Action::await_change());
     }
     ensure_finalizer(cr, ctx).await?;
-    if crate::upgrade::ensure_release_defaults(&ctx.client, cr, &ctx.settings.deployment_defaults).await? {
+    if crate::upgrade::ensure_release_defaults(&ctx.client, cr, &ctx.settings.deployment_defaults)
+        .await?
+    {
         return Ok(Action::await_change());
     }
     match crate::migration::migrate(&ctx.client, cr).await? {
@@ -92,7 +95,11 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
             let computed = Computed::blocked(
                 State::Processing,
                 vec![],
-                Cond::failed(types::CONFIGURATION, step, "taking over the legacy reconciler installation"),
+                Cond::failed(
+                    types::CONFIGURATION,
+                    step,
+                    "taking over the legacy reconciler installation",
+                ),
             );
             status::write(ctx, cr, &computed).await?;
             return Ok(Action::await_change());
@@ -105,7 +112,11 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
             let computed = Computed::blocked(
                 State::Error,
                 vec![],
-                Cond::failed(types::CONFIGURATION, "LegacyConfigurationNotImportable", msg),
+                Cond::failed(
+                    types::CONFIGURATION,
+                    "LegacyConfigurationNotImportable",
+                    msg,
+                ),
             );
             status::write(ctx, cr, &computed).await?;
             return Ok(resync);
@@ -251,6 +262,45 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         "ResourcesApplied",
         format!("{} objects applied", objects.len()),
     );
+    let port = cr
+        .spec
+        .config
+        .servers
+        .business_data_tunnel
+        .external_port
+        .unwrap_or(443);
+    if let Err(e) =
+        crate::mappings::reconcile_mappings(&ctx.client, &mappings, &resolved, port).await
+    {
+        tracing::warn!(error = %e, "updating ServiceMappings");
+    }
+    if mappings_too_large {
+        let msg = format!(
+            "the {} ServiceMappings need {} KiB, more than fits into ConfigMap {} (limit {} KiB); \
+             the last configuration that fitted stays in use: remove ServiceMappings you no longer need",
+            mappings.len(),
+            mappings_json_len / 1024,
+            names::CONFIGMAP_SERVICE_MAPPINGS,
+            crate::mappings::MAX_CONFIGMAP_BYTES / 1024
+        );
+        let computed = Computed::blocked(
+            State::Warning,
+            vec![deps, config],
+            Cond::failed(types::INSTALLED, "ServiceMappingsTooLarge", msg),
+        );
+        status::write(ctx, cr, &computed).await?;
+        return Ok(resync);
+    }
+    if let Some(waiting) = &key.waiting {
+        let computed = Computed::blocked(
+            State::Processing,
+            vec![deps, config],
+            Cond::failed(types::INSTALLED, "ServiceKeyPending", waiting.clone()),
+        );
+        status::write(ctx, cr, &computed).await?;
+        // The SAP BTP service operator updates the binding: look again shortly.
+        return Ok(Action::requeue(std::time::Duration::from_secs(2)));
+    }
 
     // Readiness.
     let ns = cr.namespace().unwrap_or_default();
@@ -333,7 +383,9 @@ async fn apply_all(
 ) -> Result<(), Error> {
     let mut keep = BTreeSet::new();
     for d in objects {
-        let skip = skip_mappings && d.kind == Kind::ConfigMap && d.name == names::CONFIGMAP_SERVICE_MAPPINGS;
+        let skip = skip_mappings
+            && d.kind == Kind::ConfigMap
+            && d.name == names::CONFIGMAP_SERVICE_MAPPINGS;
         if !skip && ctx.applier.ensure(d).await? {
             ctx.metrics
                 .applies

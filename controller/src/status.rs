@@ -189,8 +189,16 @@ pub async fn write(ctx: &Ctx, cr: &ConnectivityProxy, computed: &Computed) -> Re
             action: "Reconcile".into(),
             secondary: None,
         };
-        if let Err(e) = ctx.recorder.publish(&event, &cr.object_ref(&())).await {
-            tracing::warn!(error = %e, "publishing an Event failed");
+        // An Event is best effort: it never holds up the reconcile.
+        match tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            ctx.recorder.publish(&event, &cr.object_ref(&())),
+        )
+        .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "publishing an Event failed"),
+            Err(_) => tracing::warn!("publishing an Event timed out"),
         }
     }
     Ok(())

@@ -30,11 +30,19 @@ fn merge(target: &mut Value, over: &Value) {
 
 /// Identifies a set of defaults: the release and a hash of the values.
 pub fn defaults_id(defaults: &Value) -> String {
-    format!("{}-{}", defaults::RELEASE, crate::apply::hash_str(&defaults.to_string()))
+    format!(
+        "{}-{}",
+        defaults::RELEASE,
+        crate::apply::hash_str(&defaults.to_string())
+    )
 }
 
 /// Moves `spec.deployment` to `release` defaults unless the CR already holds them; returns whether it wrote.
-pub async fn ensure_release_defaults(client: &Client, cr: &ConnectivityProxy, release: &Value) -> Result<bool, Error> {
+pub async fn ensure_release_defaults(
+    client: &Client,
+    cr: &ConnectivityProxy,
+    release: &Value,
+) -> Result<bool, Error> {
     let id = defaults_id(release);
     if cr.annotations().get(defaults::DEFAULTS_RELEASE_ANNOTATION) == Some(&id) {
         return Ok(false);
@@ -52,7 +60,11 @@ pub async fn ensure_release_defaults(client: &Client, cr: &ConnectivityProxy, re
         "spec": {"deployment": deployment},
     });
     Api::<ConnectivityProxy>::namespaced(client.clone(), &cr.namespace().unwrap_or_default())
-        .patch(&cr.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(
+            &cr.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
         .map_err(|e| Error::kube("moving spec.deployment to this release's defaults", e))?;
     tracing::info!(release = %id, "spec.deployment moved to this release's defaults");

@@ -96,8 +96,18 @@ impl Kind {
             Kind::CertManagerCertificate => {
                 ("cert-manager.io", "v1", "Certificate", "certificates")
             }
-            Kind::ServiceInstance => ("services.cloud.sap.com", "v1", "ServiceInstance", "serviceinstances"),
-            Kind::ServiceBinding => ("services.cloud.sap.com", "v1", "ServiceBinding", "servicebindings"),
+            Kind::ServiceInstance => (
+                "services.cloud.sap.com",
+                "v1",
+                "ServiceInstance",
+                "serviceinstances",
+            ),
+            Kind::ServiceBinding => (
+                "services.cloud.sap.com",
+                "v1",
+                "ServiceBinding",
+                "servicebindings",
+            ),
         };
         let api_version = if group.is_empty() {
             version.to_string()

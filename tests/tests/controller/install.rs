@@ -79,6 +79,16 @@ async fn default_cr_installs_everything_and_becomes_ready() {
     let admin = &env.admin;
     create_default_cr(admin, NS, "connectivity-proxy").await;
     wait_all_exist(admin).await;
+    wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Processing,
+        Some("ServiceKeyPending"),
+        Duration::from_secs(15),
+    )
+    .await;
+    play_btp_operator(admin, NS, "connectivity-proxy").await;
     let cr = wait_state(
         admin,
         NS,
@@ -88,6 +98,28 @@ async fn default_cr_installs_everything_and_becomes_ready() {
         Duration::from_secs(15),
     )
     .await;
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), NS);
+    let yml = cms
+        .get("connectivity-proxy")
+        .await
+        .expect("cm")
+        .data
+        .unwrap_or_default()
+        .get("connectivity-proxy-config.yml")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        yml.contains(SUBACCOUNT) && yml.contains(SUBDOMAIN),
+        "subaccount from the binding: {yml}"
+    );
+    let key: k8s_openapi::api::core::v1::Secret = Api::namespaced(admin.clone(), NS)
+        .get("connectivity-proxy-service-key")
+        .await
+        .expect("service key Secret");
+    assert!(
+        key.data.unwrap_or_default().contains_key("service_key"),
+        "service key mounted for the proxy"
+    );
     assert!(
         cr.finalizers()
             .iter()

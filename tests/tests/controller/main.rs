@@ -2,6 +2,7 @@
 //! rule, so these tests take turns ([`support::scenario`]) and clean up after themselves.
 #![forbid(unsafe_code)]
 
+mod btp_mappings;
 #[allow(dead_code)]
 #[path = "../e2e/common.rs"]
 mod common;

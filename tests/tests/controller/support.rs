@@ -38,7 +38,9 @@ pub async fn scenario() -> Env {
     cp_tests::cluster::ensure_namespace(&admin, NS)
         .await
         .expect("kyma-system");
-    cp_tests::cluster::ensure_namespace(&admin, "istio-system").await.expect("istio-system");
+    cp_tests::cluster::ensure_namespace(&admin, "istio-system")
+        .await
+        .expect("istio-system");
     install_istio(&admin).await;
     install_btp(&admin).await;
     set_domain(&admin, Some(DOMAIN)).await;
@@ -236,8 +238,11 @@ pub async fn play_btp_operator(admin: &Client, ns: &str, cr: &str) {
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::DynamicObject;
     let binding = cp_api::names::service_binding_name(cr, ns);
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(admin.clone(), ns, &cp_controller::desired::Kind::ServiceBinding.api_resource());
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        ns,
+        &cp_controller::desired::Kind::ServiceBinding.api_resource(),
+    );
     cp_tests::wait::until("the ServiceBinding", Duration::from_secs(15), || {
         let api = api.clone();
         let binding = binding.clone();
@@ -251,12 +256,24 @@ pub async fn play_btp_operator(admin: &Client, ns: &str, cr: &str) {
         "metadata": {"name": cp_api::names::binding_secret_name(cr, ns), "namespace": ns},
         "stringData": {"service_key": key.to_string()}});
     Api::<Secret>::namespaced(admin.clone(), ns)
-        .patch(&cp_api::names::binding_secret_name(cr, ns), &PatchParams::apply("btp-operator").force(), &Patch::Apply(&secret))
+        .patch(
+            &cp_api::names::binding_secret_name(cr, ns),
+            &PatchParams::apply("btp-operator").force(),
+            &Patch::Apply(&secret),
+        )
         .await
         .expect("binding secret");
     let status = json!({"status": {"ready": "True", "conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned",
         "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
-    api.patch_status(&binding, &PatchParams::default(), &Patch::Merge(&status)).await.expect("binding status");
+    let after = api
+        .patch_status(&binding, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("binding status");
+    assert_eq!(
+        after.data["status"]["conditions"][0]["status"], "True",
+        "binding status kept: {:?}",
+        after.data["status"]
+    );
 }
 
 pub const SUBACCOUNT: &str = "11111111-2222-3333-4444-555555555555";
@@ -275,7 +292,11 @@ pub async fn make_ready(admin: &Client, ns: &str, cr: &str) {
             if st.state == Some(State::Ready) {
                 return Ok(Some(()));
             }
-            if st.conditions.iter().any(|c| c.reason == "StatefulSetNotReady") {
+            if st
+                .conditions
+                .iter()
+                .any(|c| c.reason == "StatefulSetNotReady")
+            {
                 mark_statefulset_ready(admin, ns).await;
             }
             Err(format!("{:?}: {:?}", st.state, st.description))

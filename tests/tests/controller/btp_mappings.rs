@@ -1,0 +1,192 @@
+//! The BTP dependency and ServiceMappings at scale.
+
+use std::time::Duration;
+
+use cp_api::{ServiceMapping, State};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+#[tokio::test]
+async fn missing_btp_operator_is_a_warning_while_the_key_is_auto_provisioned() {
+    let env = scenario().await;
+    let admin = &env.admin;
+    for crd in cp_api::names::BTP_CRDS {
+        cp_tests::manifest::delete_crd(admin, crd)
+            .await
+            .expect("delete BTP CRD");
+    }
+    create_default_cr(admin, NS, "connectivity-proxy").await;
+    let cr = wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Warning,
+        Some("BTPOperatorCRDsMissing"),
+        Duration::from_secs(15),
+    )
+    .await;
+    let d = cr.status.and_then(|s| s.description).unwrap_or_default();
+    assert!(d.contains("serviceinstances.services.cloud.sap.com"), "{d}");
+    install_btp(admin).await;
+    make_ready(admin, NS, "connectivity-proxy").await;
+}
+
+fn mapping(i: usize) -> ServiceMapping {
+    ServiceMapping {
+        metadata: ObjectMeta {
+            name: Some(format!("scale-{i:04}")),
+            ..Default::default()
+        },
+        spec: serde_json::from_value(json!({
+            "type": if i % 2 == 0 { "RFC" } else { "TCP" },
+            "serviceId": format!("service-{i}"),
+            "subaccountId": "sub",
+            "internalAddress": format!("backend-{i}.apps:{}", 1000 + i),
+            "locationIds": ["loc-a"],
+        }))
+        .expect("spec"),
+        status: None,
+    }
+}
+
+#[tokio::test]
+async fn a_thousand_service_mappings_are_aggregated_and_get_endpoints() {
+    let env = scenario().await;
+    let admin = &env.admin;
+    create_default_cr(admin, NS, "connectivity-proxy").await;
+    make_ready(admin, NS, "connectivity-proxy").await;
+    let api: Api<ServiceMapping> = Api::all(admin.clone());
+    futures::stream::iter(0..1000)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &mapping(i))
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("1000 mappings created");
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), NS);
+    let count = |cm: &ConfigMap| -> usize {
+        let json = cm
+            .data
+            .as_ref()
+            .and_then(|d| d.get("servicemappings"))
+            .cloned()
+            .unwrap_or_default();
+        serde_json::from_str::<Vec<Value>>(&json)
+            .map(|v| v.len())
+            .unwrap_or(0)
+    };
+    cp_tests::wait::until(
+        "the ConfigMap holds 1000 mappings",
+        Duration::from_secs(60),
+        || {
+            let cms = cms.clone();
+            async move {
+                let cm = cms
+                    .get("connectivity-proxy-service-mappings")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let n = count(&cm);
+                if n == 1000 {
+                    Ok(Some(()))
+                } else {
+                    Err(format!("{n} mappings"))
+                }
+            }
+        },
+    )
+    .await
+    .expect("aggregated");
+    cp_tests::wait::until(
+        "every mapping has its endpoint and the takeover label",
+        Duration::from_secs(90),
+        || {
+            let api = api.clone();
+            async move {
+                let list = api
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let missing = list
+                    .items
+                    .iter()
+                    .filter(|m| {
+                        m.status
+                            .as_ref()
+                            .and_then(|s| s.endpoint.as_deref())
+                            .is_none()
+                            || m.metadata
+                                .labels
+                                .as_ref()
+                                .and_then(|l| l.get("kyma-project.io/module"))
+                                .is_none()
+                    })
+                    .count();
+                if missing == 0 {
+                    Ok(Some(list))
+                } else {
+                    Err(format!("{missing} mappings without endpoint or label"))
+                }
+            }
+        },
+    )
+    .await
+    .map(|list| {
+        let m = list
+            .items
+            .iter()
+            .find(|m| m.metadata.name.as_deref() == Some("scale-0002"))
+            .expect("scale-0002");
+        assert_eq!(
+            m.status
+                .as_ref()
+                .and_then(|s| s.endpoint.clone())
+                .unwrap_or_default(),
+            format!("rfc://cp.{DOMAIN}:443/service-2")
+        );
+        assert_eq!(
+            m.spec.internal_address, "backend-2.apps:1002",
+            "spec untouched"
+        );
+    })
+    .expect("endpoints");
+    for i in 0..10 {
+        api.delete(&format!("scale-{i:04}"), &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    cp_tests::wait::until(
+        "the ConfigMap reflects the deletions",
+        Duration::from_secs(30),
+        || {
+            let cms = cms.clone();
+            async move {
+                let cm = cms
+                    .get("connectivity-proxy-service-mappings")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let n = count(&cm);
+                if n == 990 {
+                    Ok(Some(()))
+                } else {
+                    Err(format!("{n} mappings"))
+                }
+            }
+        },
+    )
+    .await
+    .expect("990");
+    // Clean up quickly for the next test (deletion would otherwise be blocked by them).
+    let _ = api
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+}
