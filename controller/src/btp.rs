@@ -87,13 +87,8 @@ fn binding_ready(binding: &DynamicObject) -> Result<(), String> {
             c["message"].as_str().unwrap_or("")
         )),
         None => Err(format!(
-            "ServiceBinding {} has no Ready condition yet; the SAP BTP service operator is provisioning it (status: {})",
-            binding.name_any(),
-            binding
-                .data
-                .get("status")
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "none".into())
+            "ServiceBinding {} has no Ready condition yet; the SAP BTP service operator is provisioning it",
+            binding.name_any()
         )),
     }
 }
