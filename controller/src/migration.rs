@@ -188,7 +188,18 @@ pub enum Outcome {
 }
 
 /// Legacy objects replaced once the configuration is imported: (apiVersion, kind, plural, namespaced in CR namespace?, names).
-const LEGACY_OBJECTS: &[(&str, &str, &str, &str, Option<&str>, &[&str])] = &[
+/// A kind of legacy object: (group, version, kind, plural, namespace override, names). A namespace
+/// override of `Some("")` means cluster-scoped; `None` means the CR's namespace.
+type LegacyKind = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    &'static [&'static str],
+);
+
+const LEGACY_OBJECTS: &[LegacyKind] = &[
     (
         "apps",
         "v1",

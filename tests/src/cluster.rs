@@ -293,6 +293,22 @@ impl ControlPlane {
         self.spawn(name, cmd)
     }
 
+    /// SIGKILLs a process started with [`ControlPlane::spawn_process`] and waits for it to die.
+    pub fn kill_process(&self, name: &str) -> anyhow::Result<()> {
+        let mut children = self
+            .children
+            .lock()
+            .map_err(|_| anyhow::anyhow!("children lock poisoned"))?;
+        let idx = children
+            .iter()
+            .position(|(n, _)| n == name)
+            .with_context(|| format!("no process named {name}"))?;
+        let (_, mut child) = children.remove(idx);
+        child.kill()?;
+        child.wait()?;
+        Ok(())
+    }
+
     /// The tail of a process log, for failure messages.
     pub fn log_tail(&self, name: &str, lines: usize) -> String {
         let text = fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();

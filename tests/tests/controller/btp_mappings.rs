@@ -42,7 +42,7 @@ fn mapping(i: usize) -> ServiceMapping {
             ..Default::default()
         },
         spec: serde_json::from_value(json!({
-            "type": if i % 2 == 0 { "RFC" } else { "TCP" },
+            "type": if i.is_multiple_of(2) { "RFC" } else { "TCP" },
             "serviceId": format!("service-{i}"),
             "subaccountId": "sub",
             "internalAddress": format!("backend-{i}.apps:{}", 1000 + i),

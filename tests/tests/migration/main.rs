@@ -1,0 +1,109 @@
+//! Upgrade from the legacy reconciler installation, then an upgrade of the operator itself.
+#![forbid(unsafe_code)]
+
+#[allow(dead_code)]
+#[path = "../e2e/common.rs"]
+mod common;
+#[allow(dead_code)]
+#[path = "../legacy/mod.rs"]
+mod legacy;
+#[allow(dead_code)]
+#[path = "../controller/support.rs"]
+mod support;
+
+use std::time::Duration;
+
+use cp_api::ConnectivityProxy;
+use cp_tests::controller::ControllerProcess;
+use kube::api::{Api, Patch, PatchParams};
+
+#[tokio::test]
+async fn legacy_install_is_taken_over_then_the_operator_is_upgraded() {
+    let cp = common::control_plane();
+    let admin = cp.admin().await.expect("admin");
+    let before = legacy::legacy_cluster(&admin).await;
+    ControllerProcess::start(&cp, "controller-v1", &["--leader-elect=false"])
+        .await
+        .expect("controller");
+    legacy::create_default_cr(&admin).await;
+    legacy::finish(&admin).await;
+    legacy::assert_taken_over(&admin, &before, 20003).await;
+
+    // A user edits spec.config; then the operator is upgraded (restarted with newer defaults).
+    let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), legacy::NS);
+    let edit =
+        serde_json::json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": 20777}}}}}});
+    api.patch(
+        "connectivity-proxy",
+        &PatchParams::default(),
+        &Patch::Merge(&edit),
+    )
+    .await
+    .expect("user edit");
+    cp.kill_process("controller-v1").expect("stop v1");
+    ControllerProcess::start(
+        &cp,
+        "controller-v2",
+        &[
+            "--leader-elect=false",
+            r#"--deployment-defaults-override={"image":{"tag":"2.99.0"},"replicaCount":2}"#,
+        ],
+    )
+    .await
+    .expect("controller v2");
+    let cr = cp_tests::wait::until(
+        "spec.deployment moves to the new release's defaults",
+        Duration::from_secs(20),
+        || {
+            let api = api.clone();
+            async move {
+                let cr = api
+                    .get("connectivity-proxy")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let d = serde_json::to_value(&cr.spec.deployment).map_err(|e| e.to_string())?;
+                if d["image"]["tag"] == "2.99.0" && d["replicaCount"] == 2 {
+                    Ok(Some(cr))
+                } else {
+                    Err(d.to_string())
+                }
+            }
+        },
+    )
+    .await
+    .expect("upgraded");
+    assert_eq!(
+        serde_json::to_value(&cr.spec.config).expect("json")["servers"]["proxy"]["http"]["port"],
+        20777,
+        "the user's edit survives the upgrade"
+    );
+    let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(admin.clone(), legacy::NS);
+    cp_tests::wait::until(
+        "the StatefulSet runs the new image",
+        Duration::from_secs(20),
+        || {
+            let sts = sts.clone();
+            async move {
+                let s = sts
+                    .get("connectivity-proxy")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let image = s
+                    .spec
+                    .template
+                    .spec
+                    .and_then(|p| p.containers.first().and_then(|c| c.image.clone()))
+                    .unwrap_or_default();
+                if image.ends_with(":2.99.0") {
+                    Ok(Some(()))
+                } else {
+                    Err(image)
+                }
+            }
+        },
+    )
+    .await
+    .expect("new image");
+    legacy::assert_taken_over(&admin, &before, 20777).await;
+}
