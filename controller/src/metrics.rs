@@ -6,10 +6,14 @@ use prometheus::{
     TextEncoder,
 };
 
+/// Histograms (their series carry suffixes).
+const HISTOGRAMS: [&str; 1] = ["cp_controller_reconcile_duration_seconds"];
+
 /// Every metric the controller exports.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    names: Vec<String>,
     /// `cp_controller_reconcile_total{result}`: result is `success` or an error label.
     pub reconciles: IntCounterVec,
     /// `cp_controller_reconcile_duration_seconds{result}`.
@@ -36,6 +40,7 @@ impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
+        let mut names = Vec::new();
         let reconciles = IntCounterVec::new(
             Opts::new("cp_controller_reconcile_total", "Reconciles by result."),
             &["result"],
@@ -109,6 +114,7 @@ impl Metrics {
             Box::new(leader.clone()),
             Box::new(build_info.clone()),
         ] {
+            names.extend(c.desc().iter().map(|d| d.fq_name.clone()));
             registry.register(c)?;
         }
         build_info
@@ -116,6 +122,7 @@ impl Metrics {
             .set(1);
         Ok(Self {
             registry,
+            names,
             reconciles,
             reconcile_duration,
             state,
@@ -145,6 +152,20 @@ impl Metrics {
                 .state
                 .remove_label_values(&[namespace, name, s.as_str()]);
         }
+    }
+
+    /// Every series name this process can export (histograms with their `_bucket`, `_sum` and
+    /// `_count` series), whether or not it has samples yet: dashboards and alerts are checked against it.
+    pub fn metric_names(&self) -> Vec<String> {
+        let mut out = self.names.clone();
+        for h in HISTOGRAMS {
+            for suffix in ["_bucket", "_sum", "_count"] {
+                out.push(format!("{h}{suffix}"));
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// The text exposition format.

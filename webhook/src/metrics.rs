@@ -5,10 +5,14 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
+/// Histograms (their series carry suffixes).
+const HISTOGRAMS: [&str; 1] = ["cp_webhook_admission_duration_seconds"];
+
 /// Every metric the webhook exports.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    names: Vec<String>,
     /// `cp_webhook_admission_requests_total{endpoint,operation,decision}`.
     pub requests: IntCounterVec,
     /// `cp_webhook_admission_duration_seconds{endpoint}`.
@@ -27,6 +31,7 @@ impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
+        let mut names = Vec::new();
         let requests = IntCounterVec::new(
             Opts::new(
                 "cp_webhook_admission_requests_total",
@@ -68,6 +73,7 @@ impl Metrics {
             Box::new(cert_expiry.clone()),
             Box::new(build_info.clone()),
         ] {
+            names.extend(c.desc().iter().map(|d| d.fq_name.clone()));
             registry.register(c)?;
         }
         build_info
@@ -75,6 +81,7 @@ impl Metrics {
             .set(1);
         Ok(Self {
             registry,
+            names,
             requests,
             duration,
             cert_reloads,
@@ -89,6 +96,20 @@ impl Metrics {
         if let Ok(info) = cp_certs::inspect(&String::from_utf8_lossy(cert_pem)) {
             self.cert_expiry.set(info.not_after.unix_timestamp());
         }
+    }
+
+    /// Every series name this process can export (histograms with their `_bucket`, `_sum` and
+    /// `_count` series), whether or not it has samples yet: dashboards and alerts are checked against it.
+    pub fn metric_names(&self) -> Vec<String> {
+        let mut out = self.names.clone();
+        for h in HISTOGRAMS {
+            for suffix in ["_bucket", "_sum", "_count"] {
+                out.push(format!("{h}{suffix}"));
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// The text exposition format.
