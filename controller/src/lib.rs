@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod btp;
 pub mod certificates;
+pub mod connectivity_ca;
 pub mod context;
 pub mod deletion;
 pub mod desired;

@@ -248,7 +248,10 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         }
         None => resync,
     };
-    if let Err(e) = apply_all(ctx, cr, &objects, mappings_too_large).await {
+    let (ca_objects, keep_as_is, ca_problem) =
+        connectivity_ca_objects(ctx, cr, &resolved, key.key.as_ref()).await?;
+    objects.extend(ca_objects);
+    if let Err(e) = apply_all(ctx, cr, &objects, mappings_too_large, &keep_as_is).await {
         let computed = Computed::blocked(
             State::Error,
             vec![deps, config],
@@ -290,6 +293,15 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         );
         status::write(ctx, cr, &computed).await?;
         return Ok(resync);
+    }
+    if let Some(problem) = ca_problem {
+        let computed = Computed::blocked(
+            State::Warning,
+            vec![deps, config],
+            Cond::failed(types::INSTALLED, "ConnectivityCAUnavailable", problem),
+        );
+        status::write(ctx, cr, &computed).await?;
+        return Ok(Action::requeue(std::time::Duration::from_secs(30)));
     }
     if let Some(waiting) = &key.waiting {
         let computed = Computed::blocked(
@@ -380,8 +392,9 @@ async fn apply_all(
     cr: &ConnectivityProxy,
     objects: &[desired::Desired],
     skip_mappings: bool,
+    keep_as_is: &[(Kind, Option<String>, String)],
 ) -> Result<(), Error> {
-    let mut keep = BTreeSet::new();
+    let mut keep: BTreeSet<(Kind, Option<String>, String)> = keep_as_is.iter().cloned().collect();
     for d in objects {
         let skip = skip_mappings
             && d.kind == Kind::ConfigMap
@@ -435,4 +448,79 @@ async fn ensure_finalizer(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<(), Error
     .await
     .map_err(|e| Error::kube("adding the finalizer", e))?;
     Ok(())
+}
+
+type Keep = Vec<(Kind, Option<String>, String)>;
+
+/// The `<tls>-cacert` Secret with the Connectivity service CA. The CA is fetched only when the
+/// Secret is missing or was fetched from another URL; a failed fetch keeps the previous Secret and is
+/// reported as a problem.
+async fn connectivity_ca_objects(
+    ctx: &Ctx,
+    cr: &ConnectivityProxy,
+    resolved: &desired::Resolved,
+    key: Option<&crate::btp::ServiceKey>,
+) -> Result<(Vec<desired::Desired>, Keep, Option<String>), Error> {
+    const FETCHED_FROM: &str = "connectivityproxy.sap.com/fetched-from";
+    if cr.spec.ingress_class() != "istio" {
+        return Ok((vec![], vec![], None));
+    }
+    let Some(key) = key else {
+        return Ok((vec![], vec![], None));
+    };
+    let ns = resolved.istio_namespace.clone();
+    let name = names::cacert_secret_name(&resolved.tls_secret);
+    let Some(url) = crate::connectivity_ca::ca_url(&key.content) else {
+        return Ok((
+            vec![],
+            vec![],
+            Some("the Connectivity service key has no connectivity_service.url and CAs_path; the gateway cannot verify the Cloud Connector".into()),
+        ));
+    };
+    let live = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&name)
+        .await
+        .map_err(|e| Error::kube(format!("reading Secret {ns}/{name}"), e))?;
+    let cached = live
+        .as_ref()
+        .filter(|s| {
+            s.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(FETCHED_FROM))
+                == Some(&url)
+        })
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| d.get("cacert"))
+        .map(|b| String::from_utf8_lossy(&b.0).to_string());
+    let pem = match cached {
+        Some(p) => p,
+        None => {
+            match crate::connectivity_ca::fetch(&url, std::time::Duration::from_secs(5), 3).await {
+                Ok(p) => {
+                    tracing::info!(%url, "Connectivity service CA fetched");
+                    p
+                }
+                Err(e) => {
+                    let keep = if live.is_some() {
+                        vec![(Kind::Secret, Some(ns), name)]
+                    } else {
+                        vec![]
+                    };
+                    return Ok((vec![], keep, Some(e)));
+                }
+            }
+        }
+    };
+    use base64::Engine;
+    let body = json!({
+        "metadata": {"annotations": {FETCHED_FROM: url}},
+        "type": "Opaque",
+        "data": {"cacert": base64::engine::general_purpose::STANDARD.encode(pem.as_bytes())},
+    });
+    Ok((
+        vec![desired::object(cr, Kind::Secret, Some(&ns), &name, body)],
+        vec![],
+        None,
+    ))
 }

@@ -45,3 +45,26 @@ pub fn own_bin_dir() -> PathBuf {
         dir
     }
 }
+
+/// Serves `body` with status 200 to every request on a free loopback port until the returned task is
+/// dropped with the test's runtime (plays the Connectivity service's CA endpoint). Returns its base URL.
+pub async fn serve_static(body: String) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let task = tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/x-pem-file\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    Ok((url, task))
+}

@@ -120,6 +120,20 @@ async fn default_cr_installs_everything_and_becomes_ready() {
         key.data.unwrap_or_default().contains_key("service_key"),
         "service key mounted for the proxy"
     );
+    let cacert: k8s_openapi::api::core::v1::Secret = Api::namespaced(admin.clone(), "istio-system")
+        .get("cp-tls-connectivity-proxy-kyma-system-cacert")
+        .await
+        .expect("cacert Secret");
+    let pem = cacert
+        .data
+        .unwrap_or_default()
+        .get("cacert")
+        .map(|b| String::from_utf8_lossy(&b.0).to_string())
+        .unwrap_or_default();
+    assert!(
+        pem.contains("BEGIN CERTIFICATE"),
+        "the Connectivity CA was fetched: {pem}"
+    );
     assert!(
         cr.finalizers()
             .iter()

@@ -250,8 +250,21 @@ pub async fn play_btp_operator(admin: &Client, ns: &str, cr: &str) {
     })
     .await
     .expect("binding");
+    // The Connectivity service's CA endpoint, on loopback.
+    let now = time::OffsetDateTime::now_utc();
+    let ca = cp_certs::Ca::generate(
+        "Connectivity service CA",
+        now,
+        now + time::Duration::days(1),
+        cp_certs::KeyAlgorithm::default(),
+    )
+    .expect("ca");
+    let (url, server) = cp_tests::serve_static(ca.cert_pem)
+        .await
+        .expect("CA endpoint");
+    std::mem::forget(server); // lives as long as the test's runtime
     let key = json!({"clientid": "cid", "clientsecret": "very-secret-value", "subaccount_id": SUBACCOUNT,
-        "subaccount_subdomain": SUBDOMAIN, "connectivity_service": {"CAs_path": "/api/v1/CAs", "url": "https://connectivity.example.com"}});
+        "subaccount_subdomain": SUBDOMAIN, "connectivity_service": {"CAs_path": "/api/v1/CAs", "url": url}});
     let secret = json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": cp_api::names::binding_secret_name(cr, ns), "namespace": ns},
         "stringData": {"service_key": key.to_string()}});

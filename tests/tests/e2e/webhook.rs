@@ -560,6 +560,8 @@ async fn malformed_requests_get_a_4xx_and_the_webhook_stays_up() {
     let req = http::Request::post("/validate")
         .body(serde_json::to_vec(&review).expect("json"))
         .expect("request");
+    // A fresh connection: the server closes the one that carried the oversized body.
+    let client = wh.direct_client().expect("direct client");
     let text = client.request_text(req).await.expect("answered");
     let answer: Value = serde_json::from_str(&text).expect("AdmissionReview");
     assert_eq!(answer["response"]["allowed"], false);

@@ -272,3 +272,62 @@ fn alert_rules_use_only_exported_metrics() {
     }
     assert!(alerts >= 6, "{alerts} alerts");
 }
+
+fn test_names_in(dir: &std::path::Path, out: &mut BTreeSet<String>) {
+    let re = regex_lite::Regex::new(r"fn ([a-z0-9_]+)\s*\(").expect("regex");
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            test_names_in(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            out.extend(re.captures_iter(&text).map(|c| c[1].to_string()));
+        }
+    }
+}
+
+#[test]
+fn module_checklist_names_only_existing_tests() {
+    let checklist =
+        std::fs::read_to_string(root().join("docs/module-checklist.md")).expect("checklist");
+    let mut defined = BTreeSet::new();
+    for dir in [
+        "tests",
+        "shared/src",
+        "certs/src",
+        "webhook/src",
+        "controller/src",
+    ] {
+        test_names_in(&root().join(dir), &mut defined);
+    }
+    let mut named = 0;
+    for line in checklist.lines().filter(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = line.split('|').collect();
+        let Some(tests) = cells.get(3) else { continue };
+        for name in tests.split('`').skip(1).step_by(2) {
+            named += 1;
+            assert!(
+                defined.contains(name),
+                "docs/module-checklist.md names test {name}, which does not exist"
+            );
+        }
+    }
+    assert!(named >= 20, "only {named} tests named");
+}
+
+#[test]
+fn docs_are_linked_from_the_readme() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README");
+    for doc in [
+        "docs/user-guide.md",
+        "docs/migration-guide.md",
+        "docs/runbook.md",
+        "docs/module-checklist.md",
+        "BENCHMARKS.md",
+    ] {
+        if doc == "BENCHMARKS.md" && !root().join(doc).exists() {
+            continue;
+        }
+        assert!(readme.contains(doc), "README does not link {doc}");
+    }
+}
