@@ -16,12 +16,36 @@ pub enum KeyAlgorithm {
     /// ECDSA P-256 (default).
     #[default]
     EcdsaP256,
+    /// RSA 2048 with SHA-256, for peers that cannot verify ECDSA.
+    Rsa2048,
+}
+
+impl std::str::FromStr for KeyAlgorithm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "ecdsa" | "ecdsa-p256" | "p256" => Ok(KeyAlgorithm::EcdsaP256),
+            "rsa" | "rsa2048" | "rsa-2048" => Ok(KeyAlgorithm::Rsa2048),
+            other => Err(format!(
+                "{other:?} is not a key algorithm: use ecdsa-p256 or rsa-2048"
+            )),
+        }
+    }
 }
 
 impl KeyAlgorithm {
     fn generate(self) -> Result<KeyPair> {
         Ok(match self {
             KeyAlgorithm::EcdsaP256 => KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?,
+            KeyAlgorithm::Rsa2048 => {
+                use rsa::pkcs8::{EncodePrivateKey, LineEnding};
+                let key = rsa::RsaPrivateKey::new(&mut rand::thread_rng(), 2048)
+                    .map_err(|e| crate::Error::Check(format!("generating an RSA key: {e}")))?;
+                let pem = key
+                    .to_pkcs8_pem(LineEnding::LF)
+                    .map_err(|e| crate::Error::Check(format!("encoding an RSA key: {e}")))?;
+                KeyPair::from_pkcs8_pem_and_sign_algo(&pem, &rcgen::PKCS_RSA_SHA256)?
+            }
         })
     }
 }
@@ -195,4 +219,35 @@ fn random_serial() -> rcgen::SerialNumber {
         });
     bytes[0] &= 0x7f;
     rcgen::SerialNumber::from_slice(&bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rsa_and_ecdsa_leaves_verify_against_their_ca() {
+        let now = OffsetDateTime::now_utc();
+        for alg in [KeyAlgorithm::EcdsaP256, KeyAlgorithm::Rsa2048] {
+            let ca = Ca::generate(
+                "ca",
+                now - Duration::minutes(1),
+                now + Duration::days(1),
+                alg,
+            )
+            .expect("ca");
+            let mut spec = LeafSpec::server(
+                "svc",
+                &["svc.ns.svc"],
+                &[],
+                now - Duration::minutes(1),
+                Duration::hours(1),
+            );
+            spec.algorithm = alg;
+            let leaf = ca.issue(&spec).expect("leaf");
+            crate::verify_chain(&leaf.cert_pem, &ca.cert_pem, "svc.ns.svc", now)
+                .unwrap_or_else(|e| panic!("{alg:?}: {e}"));
+            assert!("rsa".parse::<KeyAlgorithm>() == Ok(KeyAlgorithm::Rsa2048));
+        }
+    }
 }

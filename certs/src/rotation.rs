@@ -42,6 +42,8 @@ pub struct Spec {
     pub leaf_policy: Policy,
     /// How long a new bundle or leaf needs to reach every client and server.
     pub propagation: Duration,
+    /// Key algorithm of new certificates.
+    pub algorithm: KeyAlgorithm,
 }
 
 /// The outcome of one planning step.
@@ -69,7 +71,7 @@ fn ca_ok(ca: &Ca, now: OffsetDateTime, policy: &Policy) -> Option<OffsetDateTime
 
 fn new_ca(spec: &Spec, now: OffsetDateTime) -> Result<Ca> {
     let (nb, na) = spec.ca_policy.validity(now);
-    Ca::generate(&spec.ca_common_name, nb, na, KeyAlgorithm::default())
+    Ca::generate(&spec.ca_common_name, nb, na, spec.algorithm)
 }
 
 fn issue_leaf(spec: &Spec, ca: &Ca, now: OffsetDateTime) -> Result<Leaf> {
@@ -82,6 +84,7 @@ fn issue_leaf(spec: &Spec, ca: &Ca, now: OffsetDateTime) -> Result<Leaf> {
     let mut leaf = LeafSpec::server(&spec.common_name, &dns, &spec.ips, nb, na - nb);
     leaf.not_before = nb;
     leaf.not_after = na;
+    leaf.algorithm = spec.algorithm;
     ca.issue(&leaf)
 }
 
@@ -233,6 +236,7 @@ mod tests {
             ca_policy: Policy::new(Duration::seconds(60)),
             leaf_policy: Policy::new(Duration::seconds(20)),
             propagation: Duration::seconds(2),
+            algorithm: KeyAlgorithm::default(),
         }
     }
 

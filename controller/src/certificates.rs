@@ -126,6 +126,8 @@ pub struct WebhookCertSettings {
     pub cert_lifetime: time::Duration,
     /// Time for a new bundle or certificate to reach the API server and the webhook replicas.
     pub propagation: time::Duration,
+    /// Key algorithm of new certificates.
+    pub algorithm: cp_certs::KeyAlgorithm,
 }
 
 impl WebhookCertSettings {
@@ -145,6 +147,7 @@ impl WebhookCertSettings {
             ca_policy: Policy::new(self.ca_lifetime),
             leaf_policy: Policy::new(self.cert_lifetime),
             propagation: self.propagation,
+            algorithm: self.algorithm,
         }
     }
 }
@@ -379,6 +382,8 @@ pub struct TunnelCertSettings {
     pub cert_lifetime: time::Duration,
     /// cert-manager issuer (`Kind/name`, e.g. `ClusterIssuer/letsencrypt`) to use when cert-manager is installed.
     pub cert_manager_issuer: Option<(String, String)>,
+    /// Key algorithm of the built-in certificates.
+    pub algorithm: cp_certs::KeyAlgorithm,
 }
 
 /// Which provider issues the tunnel certificate.
@@ -469,6 +474,7 @@ pub async fn tunnel_objects(
                 ca_policy: Policy::new(settings.ca_lifetime),
                 leaf_policy: Policy::new(settings.cert_lifetime),
                 propagation: time::Duration::ZERO,
+                algorithm: settings.algorithm,
             };
             let plan = rotation::plan(
                 OffsetDateTime::now_utc(),

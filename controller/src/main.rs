@@ -90,6 +90,9 @@ struct Args {
     /// Lifetime of the built-in business-tunnel certificate (seconds).
     #[arg(long, env = "CP_TUNNEL_CERT_LIFETIME_SECONDS", default_value_t = 90 * 86400)]
     tunnel_cert_lifetime_seconds: i64,
+    /// Key algorithm of the certificates the operator issues: `ecdsa-p256` (default) or `rsa-2048`.
+    #[arg(long, env = "CP_KEY_ALGORITHM", default_value = "ecdsa-p256")]
+    key_algorithm: cp_certs::KeyAlgorithm,
     /// JSON merged over this release's spec.deployment defaults (a hotfix image, or an upgrade test).
     #[arg(long, env = "CP_DEPLOYMENT_DEFAULTS_OVERRIDE")]
     deployment_defaults_override: Option<String>,
@@ -188,6 +191,7 @@ async fn main() -> anyhow::Result<()> {
                     .as_deref()
                     .and_then(|s| s.split_once('/'))
                     .map(|(k, n)| (k.to_string(), n.to_string())),
+                algorithm: args.key_algorithm,
             },
         },
     });
@@ -200,7 +204,8 @@ async fn main() -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
         }
     };
-    let (all_for_crd, all_for_mapping, all_for_shoot) = (
+    let (all_for_crd, all_for_mapping, all_for_shoot, all_for_binding) = (
+        all(proxies.clone()),
         all(proxies.clone()),
         all(proxies.clone()),
         all(proxies.clone()),
@@ -220,6 +225,15 @@ async fn main() -> anyhow::Result<()> {
     )
     .default_backoff()
     .touched_objects();
+    // The BTP operator updates the binding (readiness, credential rotation): follow it without polling.
+    // Where the BTP CRDs are missing this watch retries with backoff until they appear.
+    let binding_ar = cp_controller::desired::Kind::ServiceBinding.api_resource();
+    let bindings = watcher(
+        Api::<kube::api::DynamicObject>::all_with(client.clone(), &binding_ar),
+        managed.clone(),
+    )
+    .default_backoff()
+    .touched_objects();
 
     if args.manage_webhook_certs {
         tokio::spawn(run_webhook_certs(
@@ -231,6 +245,7 @@ async fn main() -> anyhow::Result<()> {
                 ca_lifetime: time::Duration::seconds(args.webhook_ca_lifetime_seconds),
                 cert_lifetime: time::Duration::seconds(args.webhook_cert_lifetime_seconds),
                 propagation: time::Duration::seconds(args.cert_propagation_seconds),
+                algorithm: args.key_algorithm,
             },
             metrics.clone(),
         ));
@@ -257,6 +272,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .watches_stream(mapping_stream, move |_| all_for_mapping())
         .watches_stream(shoot_info, move |_| all_for_shoot())
+        .watches_stream_with(bindings, move |_| all_for_binding(), binding_ar)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {
