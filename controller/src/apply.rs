@@ -130,6 +130,10 @@ fn quantity(s: &str) -> Option<f64> {
     Some(n * factor)
 }
 
+fn d_ns(d: &Desired) -> &str {
+    d.namespace.as_deref().unwrap_or("")
+}
+
 /// Applies objects and counts the writes it makes.
 pub struct Applier {
     client: Client,
@@ -185,7 +189,15 @@ impl Applier {
                 &Patch::Apply(&body),
             )
             .await
-            .map_err(|e| Error::kube(what, e))?;
+            .map_err(|e| match e {
+                kube::Error::Api(s) if s.code == 404 && s.details.as_ref().is_some_and(|d| d.kind == "namespaces") => {
+                    Error::Invalid(format!(
+                        "{what}: namespace {} does not exist (the Istio namespace is spec.ingress.istio.namespace, default istio-system: is Istio installed?)",
+                        d_ns(d)
+                    ))
+                }
+                e => Error::kube(what, e),
+            })?;
         Ok(true)
     }
 

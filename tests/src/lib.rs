@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod controller;
+pub mod fakes;
 pub mod manifest;
 pub mod wait;
 pub mod webhook;

@@ -13,8 +13,7 @@ use cp_tests::controller::ControllerProcess;
 use cp_tests::webhook::Webhook;
 use cp_tests::{manifest, reference_dir, workspace_root};
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::StatefulSet;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
@@ -50,25 +49,44 @@ async fn main() -> anyhow::Result<()> {
     }
     println!(">> installed our CRDs and the CRDs of Istio and the SAP BTP service operator");
     ensure_namespace(&client, names::KYMA_SYSTEM).await?;
+    ensure_namespace(&client, names::ISTIO_NAMESPACE).await?;
     let shoot_info = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": names::SHOOT_INFO, "namespace": names::SHOOT_INFO_NAMESPACE},
         "data": {"domain": DOMAIN}});
     manifest::apply_object(&client, serde_json::from_value(shoot_info)?, None).await?;
 
-    let webhook = Webhook::start(&cp, "cp-webhook", &[]).await?;
+    // As in a cluster: the controller issues the webhook's certificate (here for 127.0.0.1) and writes
+    // the CA bundle into the webhook configurations; the webhook serves it from the Secret.
+    let controller =
+        ControllerProcess::start(&cp, "cp-controller", &["--webhook-ips=127.0.0.1"]).await?;
+    println!(
+        ">> controller running (metrics at http://{}/metrics)",
+        controller.metrics_addr
+    );
+    let webhook = Webhook::start_from_secret(&cp, "cp-webhook", &[]).await?;
     webhook.register(&client).await?;
     println!(
         ">> webhook serving at {} and registered in the API server",
         webhook.url
     );
-    let controller = ControllerProcess::start(&cp, "cp-controller", &[]).await?;
-    println!(
-        ">> controller running (metrics at http://{}/metrics)",
-        controller.metrics_addr
-    );
 
     let default_cr = reference_dir().join("examples/kyma-default-cr.yaml");
-    manifest::apply_file(&client, &default_cr, Some(names::KYMA_SYSTEM)).await?;
+    // The first attempts can meet the API server before the controller injected the CA bundle.
+    let (c, cr_path) = (client.clone(), default_cr.clone());
+    cp_tests::wait::until(
+        "the default CR admitted through the webhook",
+        Duration::from_secs(60),
+        || {
+            let (c, cr_path) = (c.clone(), cr_path.clone());
+            async move {
+                manifest::apply_file(&c, &cr_path, Some(names::KYMA_SYSTEM))
+                    .await
+                    .map(|_| Some(()))
+                    .map_err(|e| format!("{e:#}"))
+            }
+        },
+    )
+    .await?;
     println!(
         ">> applied the default CR the module manager creates ({})\n",
         default_cr.display()
@@ -108,6 +126,7 @@ async fn main() -> anyhow::Result<()> {
 async fn follow(client: kube::Client) -> anyhow::Result<()> {
     let api: Api<ConnectivityProxy> = Api::all(client.clone());
     let mut last = std::collections::HashMap::new();
+    let mut played_btp = std::collections::HashSet::new();
     let mut stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .applied_objects()
@@ -132,39 +151,37 @@ async fn follow(client: kube::Client) -> anyhow::Result<()> {
             println!("[status] {key} {line}");
             last.insert(key.clone(), line);
         }
-        if status
-            .conditions
-            .iter()
-            .any(|c| c.reason == "StatefulSetNotReady")
-        {
-            let ns = cr.metadata.namespace.clone().unwrap_or_default();
-            mark_ready(&client, &ns).await;
+        let ns = cr.metadata.namespace.clone().unwrap_or_default();
+        let name = cr.metadata.name.clone().unwrap_or_default();
+        let has = |reason: &str| status.conditions.iter().any(|c| c.reason == reason);
+        if has("ServiceKeyPending") && played_btp.insert(key.clone()) {
+            match cp_tests::fakes::play_btp_operator(
+                &client,
+                &ns,
+                &name,
+                "00000000-0000-4000-8000-000000000000",
+                "local-subdomain",
+            )
+            .await
+            {
+                Ok(()) => println!(
+                    "[make run] no SAP BTP service operator runs here: marked the ServiceBinding ready and wrote its Secret, as it would"
+                ),
+                Err(e) => println!("[make run] could not play the BTP operator: {e:#}"),
+            }
+        }
+        if has("StatefulSetNotReady") {
+            tokio::time::sleep(Duration::from_secs(2)).await; // let a person see Processing first
+            if cp_tests::fakes::mark_statefulset_ready(&client, &ns)
+                .await
+                .is_ok()
+            {
+                println!(
+                    "[make run] no kubelet runs here: marked StatefulSet {ns}/{} ready, as a kubelet would",
+                    names::STATEFULSET
+                );
+            }
         }
     }
     Ok(())
-}
-
-async fn mark_ready(client: &kube::Client, ns: &str) {
-    let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
-    let Ok(Some(sts)) = api.get_opt(names::STATEFULSET).await else {
-        return;
-    };
-    let replicas = sts.spec.replicas.unwrap_or(1);
-    let status = json!({"status": {"replicas": replicas, "readyReplicas": replicas, "updatedReplicas": replicas,
-        "currentReplicas": replicas, "availableReplicas": replicas, "observedGeneration": sts.metadata.generation.unwrap_or(1)}});
-    tokio::time::sleep(Duration::from_secs(2)).await; // let a person see Processing first
-    if api
-        .patch_status(
-            names::STATEFULSET,
-            &PatchParams::default(),
-            &Patch::Merge(&status),
-        )
-        .await
-        .is_ok()
-    {
-        println!(
-            "[make run] no kubelet runs here: marked StatefulSet {ns}/{} ready, as a kubelet would",
-            names::STATEFULSET
-        );
-    }
 }

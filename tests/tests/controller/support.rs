@@ -5,7 +5,6 @@ use std::time::Duration;
 use cp_api::{ConnectivityProxy, ServiceMapping, State};
 use cp_tests::controller::ControllerProcess;
 use cp_tests::{ControlPlane, manifest};
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -184,34 +183,18 @@ pub async fn wait_state(
 
 /// Plays the kubelet and the StatefulSet controller: marks the StatefulSet's replicas ready.
 pub async fn mark_statefulset_ready(admin: &Client, ns: &str) {
-    let api: Api<StatefulSet> = Api::namespaced(admin.clone(), ns);
-    let sts = cp_tests::wait::until(
-        "StatefulSet connectivity-proxy exists",
+    cp_tests::wait::until(
+        "StatefulSet connectivity-proxy ready",
         Duration::from_secs(10),
-        || {
-            let api = api.clone();
-            async move {
-                api.get_opt("connectivity-proxy")
-                    .await
-                    .map_err(|e| e.to_string())
-            }
+        || async move {
+            cp_tests::fakes::mark_statefulset_ready(admin, ns)
+                .await
+                .map(Some)
+                .map_err(|e| e.to_string())
         },
     )
     .await
     .expect("StatefulSet");
-    let replicas = sts.spec.replicas.unwrap_or(1);
-    let status = json!({"status": {
-        "replicas": replicas, "readyReplicas": replicas, "updatedReplicas": replicas,
-        "currentReplicas": replicas, "availableReplicas": replicas,
-        "observedGeneration": sts.metadata.generation.unwrap_or(1)
-    }});
-    api.patch_status(
-        "connectivity-proxy",
-        &PatchParams::default(),
-        &Patch::Merge(&status),
-    )
-    .await
-    .expect("StatefulSet status");
 }
 
 /// A ServiceMapping created as admin.
@@ -235,58 +218,9 @@ pub async fn create_mapping(admin: &Client, name: &str) {
 
 /// Plays the SAP BTP service operator: marks the CR's ServiceBinding Ready and writes its Secret.
 pub async fn play_btp_operator(admin: &Client, ns: &str, cr: &str) {
-    use k8s_openapi::api::core::v1::Secret;
-    use kube::api::DynamicObject;
-    let binding = cp_api::names::service_binding_name(cr, ns);
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        ns,
-        &cp_controller::desired::Kind::ServiceBinding.api_resource(),
-    );
-    cp_tests::wait::until("the ServiceBinding", Duration::from_secs(15), || {
-        let api = api.clone();
-        let binding = binding.clone();
-        async move { api.get_opt(&binding).await.map_err(|e| e.to_string()) }
-    })
-    .await
-    .expect("binding");
-    // The Connectivity service's CA endpoint, on loopback.
-    let now = time::OffsetDateTime::now_utc();
-    let ca = cp_certs::Ca::generate(
-        "Connectivity service CA",
-        now,
-        now + time::Duration::days(1),
-        cp_certs::KeyAlgorithm::default(),
-    )
-    .expect("ca");
-    let (url, server) = cp_tests::serve_static(ca.cert_pem)
+    cp_tests::fakes::play_btp_operator(admin, ns, cr, SUBACCOUNT, SUBDOMAIN)
         .await
-        .expect("CA endpoint");
-    std::mem::forget(server); // lives as long as the test's runtime
-    let key = json!({"clientid": "cid", "clientsecret": "very-secret-value", "subaccount_id": SUBACCOUNT,
-        "subaccount_subdomain": SUBDOMAIN, "connectivity_service": {"CAs_path": "/api/v1/CAs", "url": url}});
-    let secret = json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": cp_api::names::binding_secret_name(cr, ns), "namespace": ns},
-        "stringData": {"service_key": key.to_string()}});
-    Api::<Secret>::namespaced(admin.clone(), ns)
-        .patch(
-            &cp_api::names::binding_secret_name(cr, ns),
-            &PatchParams::apply("btp-operator").force(),
-            &Patch::Apply(&secret),
-        )
-        .await
-        .expect("binding secret");
-    let status = json!({"status": {"ready": "True", "conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned",
-        "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
-    let after = api
-        .patch_status(&binding, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .expect("binding status");
-    assert_eq!(
-        after.data["status"]["conditions"][0]["status"], "True",
-        "binding status kept: {:?}",
-        after.data["status"]
-    );
+        .expect("BTP operator played");
 }
 
 pub const SUBACCOUNT: &str = "11111111-2222-3333-4444-555555555555";

@@ -1,0 +1,99 @@
+//! Stand-ins for what runs in a real Kyma cluster but not on a local control plane: the SAP BTP service
+//! operator, the Connectivity service's CA endpoint, the StatefulSet controller with its kubelets.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use serde_json::json;
+
+/// The BTP ServiceBinding kind.
+fn binding_resource() -> ApiResource {
+    ApiResource {
+        group: "services.cloud.sap.com".into(),
+        version: "v1".into(),
+        api_version: "services.cloud.sap.com/v1".into(),
+        kind: "ServiceBinding".into(),
+        plural: "servicebindings".into(),
+    }
+}
+
+/// Plays the SAP BTP service operator for CR `cr` in `ns`: waits for the operator's ServiceBinding,
+/// writes its Secret (a service key whose Connectivity CA endpoint is served on loopback by this
+/// process) and marks the binding Ready. The CA endpoint lives as long as the current tokio runtime.
+pub async fn play_btp_operator(
+    admin: &Client,
+    ns: &str,
+    cr: &str,
+    subaccount: &str,
+    subdomain: &str,
+) -> anyhow::Result<()> {
+    let binding = cp_api::names::service_binding_name(cr, ns);
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), ns, &binding_resource());
+    crate::wait::until("the ServiceBinding", Duration::from_secs(15), || {
+        let (api, binding) = (api.clone(), binding.clone());
+        async move { api.get_opt(&binding).await.map_err(|e| e.to_string()) }
+    })
+    .await?;
+    let now = time::OffsetDateTime::now_utc();
+    let ca = cp_certs::Ca::generate(
+        "Connectivity service CA",
+        now,
+        now + time::Duration::days(1),
+        cp_certs::KeyAlgorithm::default(),
+    )?;
+    // Dropping the handle detaches the task: it serves until the runtime ends.
+    let (url, _server) = crate::serve_static(ca.cert_pem).await?;
+    let key = json!({"clientid": "cid", "clientsecret": "very-secret-value", "subaccount_id": subaccount,
+        "subaccount_subdomain": subdomain, "connectivity_service": {"CAs_path": "/api/v1/CAs", "url": url}});
+    let secret_name = cp_api::names::binding_secret_name(cr, ns);
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret_name, "namespace": ns},
+        "stringData": {"service_key": key.to_string()}});
+    Api::<Secret>::namespaced(admin.clone(), ns)
+        .patch(
+            &secret_name,
+            &PatchParams::apply("btp-operator").force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .context("writing the binding's Secret")?;
+    let status = json!({"status": {"ready": "True", "conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned",
+        "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    let after = api
+        .patch_status(&binding, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .context("marking the binding Ready")?;
+    anyhow::ensure!(
+        after.data["status"]["conditions"][0]["status"] == "True",
+        "binding status not kept: {:?}",
+        after.data["status"]
+    );
+    Ok(())
+}
+
+/// Plays the StatefulSet controller and its kubelets: marks every replica of the current generation ready.
+pub async fn mark_statefulset_ready(admin: &Client, ns: &str) -> anyhow::Result<()> {
+    let api: Api<StatefulSet> = Api::namespaced(admin.clone(), ns);
+    let Some(sts) = api.get_opt(cp_api::names::STATEFULSET).await? else {
+        anyhow::bail!(
+            "StatefulSet {ns}/{} does not exist",
+            cp_api::names::STATEFULSET
+        );
+    };
+    let replicas = sts.spec.replicas.unwrap_or(1);
+    let status = json!({"status": {
+        "replicas": replicas, "readyReplicas": replicas, "updatedReplicas": replicas,
+        "currentReplicas": replicas, "availableReplicas": replicas,
+        "observedGeneration": sts.metadata.generation.unwrap_or(1)
+    }});
+    api.patch_status(
+        cp_api::names::STATEFULSET,
+        &PatchParams::default(),
+        &Patch::Merge(&status),
+    )
+    .await?;
+    Ok(())
+}
