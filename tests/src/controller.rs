@@ -23,6 +23,25 @@ impl ControllerProcess {
     /// Applies the controller's RBAC, starts the binary as the controller's ServiceAccount and waits
     /// until its caches are synced. `extra_args` go to the binary.
     pub async fn start(cp: &ControlPlane, name: &str, extra_args: &[&str]) -> anyhow::Result<Self> {
+        Self::start_waiting_for(cp, name, extra_args, "/readyz").await
+    }
+
+    /// Starts a replica that is expected to wait for the leader lease: it is up when `/healthz`
+    /// answers (its caches start only once it leads).
+    pub async fn start_standby(
+        cp: &ControlPlane,
+        name: &str,
+        extra_args: &[&str],
+    ) -> anyhow::Result<Self> {
+        Self::start_waiting_for(cp, name, extra_args, "/healthz").await
+    }
+
+    async fn start_waiting_for(
+        cp: &ControlPlane,
+        name: &str,
+        extra_args: &[&str],
+        path: &'static str,
+    ) -> anyhow::Result<Self> {
         let admin = cp.admin().await?;
         ensure_namespace(&admin, "kyma-system").await?;
         let rbac = crate::workspace_root().join("manifests/rbac/controller.yaml");
@@ -58,10 +77,10 @@ impl ControllerProcess {
             metrics_addr: format!("127.0.0.1:{port}"),
         };
         let addr = me.metrics_addr.clone();
-        crate::wait::until(&format!("{name} /readyz"), Duration::from_secs(30), || {
+        crate::wait::until(&format!("{name} {path}"), Duration::from_secs(30), || {
             let addr = addr.clone();
             async move {
-                match http_get(&addr, "/readyz").await {
+                match http_get(&addr, path).await {
                     Ok((200, _)) => Ok(Some(())),
                     Ok((code, body)) => Err(format!("{code} {body}")),
                     Err(e) => Err(e.to_string()),

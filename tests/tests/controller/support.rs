@@ -230,6 +230,11 @@ pub const SUBDOMAIN: &str = "my-subdomain";
 /// new generation of the StatefulSet), until the CR is Ready.
 pub async fn make_ready(admin: &Client, ns: &str, cr: &str) {
     play_btp_operator(admin, ns, cr).await;
+    play_until_ready(admin, ns, cr).await;
+}
+
+/// Plays the StatefulSet controller and its kubelets until the CR is Ready.
+pub async fn play_until_ready(admin: &Client, ns: &str, cr: &str) {
     let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), ns);
     cp_tests::wait::until(&format!("{ns}/{cr} Ready"), Duration::from_secs(20), || {
         let api = api.clone();

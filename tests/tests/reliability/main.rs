@@ -1,0 +1,300 @@
+//! Faults and hostile users: the webhook down, two controller replicas with a failover, edits through
+//! the status subresource, and secret values in logs.
+#![forbid(unsafe_code)]
+
+#[allow(dead_code)]
+#[path = "../e2e/common.rs"]
+mod common;
+#[allow(dead_code)]
+#[path = "../controller/support.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use cp_api::ConnectivityProxy;
+use cp_tests::cluster::Identity;
+use cp_tests::controller::ControllerProcess;
+use cp_tests::manifest;
+use cp_tests::webhook::Webhook;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use common::{ALICE, EDITOR_RBAC, control_plane, default_cr, install_our_crds};
+
+static TURN: Mutex<()> = Mutex::const_new(());
+
+#[tokio::test]
+async fn webhook_down_fails_closed_for_connectivity_proxies_only() {
+    let _turn = TURN.lock().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    install_our_crds(&admin).await;
+    manifest::apply_yaml(&admin, EDITOR_RBAC, None)
+        .await
+        .expect("RBAC");
+    let wh = Webhook::start(&cp, "webhook-to-kill", &[])
+        .await
+        .expect("webhook");
+    wh.register(&admin).await.expect("register");
+    let ns = cp.namespace("webhook-down").await.expect("ns");
+    let alice = cp
+        .client(&Identity::User {
+            name: ALICE.into(),
+            groups: vec![],
+        })
+        .await
+        .expect("alice");
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        alice.clone(),
+        &ns,
+        &ApiResource::erase::<ConnectivityProxy>(&()),
+    );
+    let cr: DynamicObject = serde_json::from_value(default_cr("down")).expect("cr");
+    cp_tests::wait::until(
+        "admission through the webhook",
+        Duration::from_secs(30),
+        || {
+            let (api, cr) = (api.clone(), cr.clone());
+            async move {
+                let r = api
+                    .create(
+                        &PostParams {
+                            dry_run: true,
+                            ..Default::default()
+                        },
+                        &cr,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(r.data["spec"].get("deployment").map(|_| ()))
+            }
+        },
+    )
+    .await
+    .expect("admission active");
+
+    cp.kill_process("webhook-to-kill")
+        .expect("kill the webhook");
+    let err = api
+        .create(&PostParams::default(), &cr)
+        .await
+        .expect_err("fails closed");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("failed calling webhook") && msg.contains("connectivityproxy.sap.com"),
+        "unclear: {msg}"
+    );
+    // Nothing else in the cluster passes through the webhook.
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "unaffected"}, "data": {"a": "b"}}))
+            .expect("cm");
+    cms.create(&PostParams::default(), &cm)
+        .await
+        .expect("other resources are not affected");
+    // Put a working webhook back for the other tests.
+    let wh = Webhook::start(&cp, "webhook-restarted", &[])
+        .await
+        .expect("webhook");
+    wh.register(&admin).await.expect("register");
+}
+
+#[tokio::test]
+async fn hostile_user_cannot_change_deployment_through_the_status_subresource() {
+    let _turn = TURN.lock().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    install_our_crds(&admin).await;
+    manifest::apply_yaml(&admin, EDITOR_RBAC, None)
+        .await
+        .expect("RBAC");
+    let wh = Webhook::start(&cp, "webhook-status", &[])
+        .await
+        .expect("webhook");
+    wh.register(&admin).await.expect("register");
+    let ns = cp.namespace("status-edit").await.expect("ns");
+    let cr: ConnectivityProxy = serde_json::from_value(default_cr("victim")).expect("cr");
+    let admin_api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), &ns);
+    cp_tests::wait::until(
+        "create through the webhook",
+        Duration::from_secs(30),
+        || {
+            let (api, cr) = (admin_api.clone(), cr.clone());
+            async move {
+                api.create(&PostParams::default(), &cr)
+                    .await
+                    .map(|_| Some(()))
+                    .map_err(|e| e.to_string())
+            }
+        },
+    )
+    .await
+    .expect("created");
+    // Even a user allowed to write the status (granted here on purpose) cannot reach the spec through it.
+    let status_rbac = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: status-writer, namespace: {ns}}}\nrules:\n- apiGroups: [connectivityproxy.sap.com]\n  resources: [connectivityproxies/status]\n  verbs: [get, patch, update]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: status-writer, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: status-writer}}\nsubjects: [{{kind: User, name: mallory, apiGroup: rbac.authorization.k8s.io}}]\n"
+    );
+    manifest::apply_yaml(&admin, &status_rbac, None)
+        .await
+        .expect("status RBAC");
+    let mallory = cp
+        .client(&Identity::User {
+            name: "mallory".into(),
+            groups: vec![],
+        })
+        .await
+        .expect("mallory");
+    let api: Api<ConnectivityProxy> = Api::namespaced(mallory, &ns);
+    let patch = json!({"spec": {"deployment": {"replicaCount": 9, "image": {"tag": "evil"}}}, "status": {"state": "Ready"}});
+    let _ = api
+        .patch_status("victim", &PatchParams::default(), &Patch::Merge(&patch))
+        .await;
+    let after = admin_api.get("victim").await.expect("get");
+    let d = serde_json::to_value(&after.spec.deployment).expect("json");
+    assert_eq!(
+        d,
+        cp_api::defaults::deployment_defaults_json(),
+        "the status subresource changed the spec"
+    );
+    // Nor through the main resource with edit rights.
+    let alice = cp
+        .client(&Identity::User {
+            name: ALICE.into(),
+            groups: vec![],
+        })
+        .await
+        .expect("alice");
+    let err = Api::<ConnectivityProxy>::namespaced(alice, &ns)
+        .patch(
+            "victim",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"deployment": {"replicaCount": 9}}})),
+        )
+        .await
+        .expect_err("refused");
+    assert!(
+        err.to_string().contains("spec.deployment.replicaCount"),
+        "{err}"
+    );
+    // One ConnectivityProxy per cluster: leave none behind for the next test.
+    admin_api
+        .delete("victim", &Default::default())
+        .await
+        .expect("cleanup");
+}
+
+#[tokio::test]
+async fn two_controller_replicas_only_the_leader_reconciles_and_a_standby_takes_over() {
+    let _turn = TURN.lock().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    install_our_crds(&admin).await;
+    for f in [
+        "crds/istio.io.yaml",
+        "crds/services.cloud.sap.com_serviceinstances.yaml",
+        "crds/services.cloud.sap.com_servicebindings.yaml",
+    ] {
+        manifest::apply_file(&admin, &common::reference(f), None)
+            .await
+            .expect("CRDs");
+    }
+    for ns in ["kyma-system", "istio-system"] {
+        cp_tests::cluster::ensure_namespace(&admin, ns)
+            .await
+            .expect("ns");
+    }
+    support::set_domain(&admin, Some("ha.example.com")).await;
+    let lease = 6u64;
+    let args = [
+        "--leader-elect=true",
+        "--lease-seconds=6",
+        "--resync-seconds=3",
+        "--manage-webhook-certs=false",
+    ];
+    let a = ControllerProcess::start(&cp, "replica-a", &args)
+        .await
+        .expect("replica a");
+    let b = ControllerProcess::start_standby(&cp, "replica-b", &args)
+        .await
+        .expect("replica b");
+    assert_eq!(a.metric("cp_controller_leader").await, 1.0, "a leads");
+    assert_eq!(b.metric("cp_controller_leader").await, 0.0, "b waits");
+    support::create_default_cr(&admin, "kyma-system", "connectivity-proxy").await;
+    support::make_ready(&admin, "kyma-system", "connectivity-proxy").await;
+    assert_eq!(
+        b.metric("cp_controller_reconcile_total{result=\"success\"}")
+            .await,
+        0.0,
+        "the standby reconciled"
+    );
+
+    cp.kill_process("replica-a").expect("kill the leader");
+    let killed = Instant::now();
+    cp_tests::wait::until(
+        "the standby leads",
+        Duration::from_secs(lease * 3),
+        || async { Ok((b.metric("cp_controller_leader").await == 1.0).then_some(())) },
+    )
+    .await
+    .expect("failover");
+    let failover = killed.elapsed();
+    println!(
+        "failover after {failover:?} (lease {lease} s, renewed every {} s)",
+        lease / 3
+    );
+    assert!(
+        failover <= Duration::from_secs(lease + lease / 3 + 2),
+        "failover took {failover:?}"
+    );
+    // The new leader reconciles changes.
+    let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), "kyma-system");
+    let edit = json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": 20999}}}}}});
+    crs.patch(
+        "connectivity-proxy",
+        &PatchParams::default(),
+        &Patch::Merge(&edit),
+    )
+    .await
+    .expect("edit");
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "kyma-system");
+    cp_tests::wait::until(
+        "the new leader applies the edit",
+        Duration::from_secs(10),
+        || {
+            let cms = cms.clone();
+            async move {
+                let info = cms
+                    .get("connectivity-proxy-info")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok((info
+                    .data
+                    .unwrap_or_default()
+                    .get("onpremise_proxy_http_port")
+                    .map(String::as_str)
+                    == Some("20999"))
+                .then_some(()))
+            }
+        },
+    )
+    .await
+    .expect("reconciled by the new leader");
+    // The edit rolled the StatefulSet: play the kubelets once more, then the new leader reports Ready.
+    support::play_until_ready(&admin, "kyma-system", "connectivity-proxy").await;
+
+    // No secret value of the service key reaches any log line of any process.
+    let secret = "very-secret-value";
+    let mut leaks = Vec::new();
+    for entry in std::fs::read_dir(&cp.dir).expect("dir").flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "log") {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if text.contains(secret) {
+                leaks.push(path.display().to_string());
+            }
+        }
+    }
+    assert!(leaks.is_empty(), "secret values in logs: {leaks:?}");
+}
