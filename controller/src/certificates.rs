@@ -171,60 +171,80 @@ async fn ensure_secret(client: &Client, body: Value) -> Result<bool, Error> {
 
 /// Writes the CA bundle into every webhook of both configurations where it differs.
 async fn ensure_ca_bundle(client: &Client, bundle: &str) -> Result<(), Error> {
-    let want = bundle.as_bytes().to_vec();
-    let pp = PatchParams::apply(names::FIELD_MANAGER).force();
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    if let Some(cfg) = mutating
+    let want = bundle.as_bytes();
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
         .get_opt(names::MUTATING_WEBHOOK_CONFIG)
         .await
         .map_err(|e| Error::kube("reading the mutating webhook configuration", e))?
-    {
-        let hooks = cfg.webhooks.unwrap_or_default();
-        if hooks
-            .iter()
-            .any(|h| h.client_config.ca_bundle.as_ref().map(|b| &b.0) != Some(&want))
-        {
-            let names: Vec<Value> = hooks.iter().map(|h| json!({"name": h.name, "clientConfig": {"caBundle": STANDARD.encode(&want)}})).collect();
-            let body = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-                "metadata": {"name": names::MUTATING_WEBHOOK_CONFIG}, "webhooks": names});
-            mutating
-                .patch(names::MUTATING_WEBHOOK_CONFIG, &pp, &Patch::Apply(&body))
-                .await
-                .map_err(|e| {
-                    Error::kube(
-                        "writing the CA bundle into the mutating webhook configuration",
-                        e,
-                    )
-                })?;
-            tracing::info!("CA bundle written into the mutating webhook configuration");
-        }
-    }
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    if let Some(cfg) = validating
+        .map(|c| {
+            c.webhooks
+                .unwrap_or_default()
+                .into_iter()
+                .map(|h| (h.name, h.client_config.ca_bundle))
+                .collect()
+        });
+    ensure_bundle_in::<MutatingWebhookConfiguration>(
+        client,
+        names::MUTATING_WEBHOOK_CONFIG,
+        mutating,
+        want,
+    )
+    .await?;
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .get_opt(names::VALIDATING_WEBHOOK_CONFIG)
         .await
         .map_err(|e| Error::kube("reading the validating webhook configuration", e))?
+        .map(|c| {
+            c.webhooks
+                .unwrap_or_default()
+                .into_iter()
+                .map(|h| (h.name, h.client_config.ca_bundle))
+                .collect()
+        });
+    ensure_bundle_in::<ValidatingWebhookConfiguration>(
+        client,
+        names::VALIDATING_WEBHOOK_CONFIG,
+        validating,
+        want,
+    )
+    .await
+}
+
+/// Applies `caBundle` to each named webhook of one configuration (absent configuration: nothing to do).
+async fn ensure_bundle_in<K>(
+    client: &Client,
+    name: &str,
+    hooks: Option<Vec<(String, Option<k8s_openapi::ByteString>)>>,
+    want: &[u8],
+) -> Result<(), Error>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let Some(hooks) = hooks else { return Ok(()) };
+    if hooks
+        .iter()
+        .all(|(_, b)| b.as_ref().map(|b| b.0.as_slice()) == Some(want))
     {
-        let hooks = cfg.webhooks.unwrap_or_default();
-        if hooks
-            .iter()
-            .any(|h| h.client_config.ca_bundle.as_ref().map(|b| &b.0) != Some(&want))
-        {
-            let names: Vec<Value> = hooks.iter().map(|h| json!({"name": h.name, "clientConfig": {"caBundle": STANDARD.encode(&want)}})).collect();
-            let body = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-                "metadata": {"name": names::VALIDATING_WEBHOOK_CONFIG}, "webhooks": names});
-            validating
-                .patch(names::VALIDATING_WEBHOOK_CONFIG, &pp, &Patch::Apply(&body))
-                .await
-                .map_err(|e| {
-                    Error::kube(
-                        "writing the CA bundle into the validating webhook configuration",
-                        e,
-                    )
-                })?;
-            tracing::info!("CA bundle written into the validating webhook configuration");
-        }
+        return Ok(());
     }
+    let kind = K::kind(&()).to_string();
+    let webhooks: Vec<Value> = hooks
+        .iter()
+        .map(|(n, _)| json!({"name": n, "clientConfig": {"caBundle": STANDARD.encode(want)}}))
+        .collect();
+    let body = json!({"apiVersion": K::api_version(&()), "kind": kind, "metadata": {"name": name}, "webhooks": webhooks});
+    Api::<K>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::apply(names::FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|e| Error::kube(format!("writing the CA bundle into {kind} {name}"), e))?;
+    tracing::info!(%kind, name, "CA bundle written");
     Ok(())
 }
 
