@@ -124,7 +124,10 @@ pub fn import(
             message: format!("does not fit spec.config: {e}"),
         })?;
     let back = serde_json::to_value(&typed).unwrap_or(Value::Null);
-    if let Some(field) = first_unknown(&legacy, &back, "") {
+    if let Some(field) = cp_api::validation::unknown_fields(&legacy, &back, "")
+        .into_iter()
+        .next()
+    {
         return Err(ImportError {
             field: field.clone(),
             message: format!(
@@ -156,24 +159,6 @@ pub fn import(
         &mut imported,
     );
     Ok((out, imported))
-}
-
-fn first_unknown(sent: &Value, known: &Value, path: &str) -> Option<String> {
-    match (sent, known) {
-        (Value::Object(s), Value::Object(k)) => s.iter().find_map(|(key, v)| {
-            let p = if path.is_empty() {
-                key.clone()
-            } else {
-                format!("{path}.{key}")
-            };
-            match k.get(key) {
-                None if !v.is_null() => Some(p),
-                None => None,
-                Some(kv) => first_unknown(v, kv, &p),
-            }
-        }),
-        _ => None,
-    }
 }
 
 /// What the migration step concluded.

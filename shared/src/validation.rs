@@ -265,6 +265,41 @@ pub fn validate_mapping(spec: &ServiceMappingSpec, shared_tenant: bool) -> Vec<F
     errors
 }
 
+/// Dotted paths of the fields in `sent` that a typed round trip (`known`, the same value parsed into
+/// the Rust types and serialised again) dropped: fields the CRD cannot express. `path` prefixes the
+/// result (empty for none). Used wherever input must not lose a field silently.
+pub fn unknown_fields(
+    sent: &serde_json::Value,
+    known: &serde_json::Value,
+    path: &str,
+) -> Vec<String> {
+    use serde_json::Value;
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match (sent, known) {
+        (Value::Object(s), Value::Object(k)) => s
+            .iter()
+            .flat_map(|(key, v)| match k.get(key) {
+                None if !v.is_null() => vec![join(key)],
+                None => vec![],
+                Some(kv) => unknown_fields(v, kv, &join(key)),
+            })
+            .collect(),
+        (Value::Array(s), Value::Array(k)) => s
+            .iter()
+            .zip(k)
+            .enumerate()
+            .flat_map(|(i, (a, b))| unknown_fields(a, b, &format!("{path}[{i}]")))
+            .collect(),
+        _ => vec![],
+    }
+}
+
 /// Parses `host:port` (IPv6 in brackets), port 1..=65535.
 pub fn parse_host_port(s: &str) -> Result<(&str, u16), String> {
     let (host, port) = s

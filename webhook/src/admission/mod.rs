@@ -4,7 +4,7 @@
 //! synchronous and testable without a server.
 
 use cp_api::policy::{PrivilegedIdentities, changed_paths};
-use cp_api::validation::{ClusterFacts, FieldError, join, validate_mapping};
+use cp_api::validation::{ClusterFacts, FieldError, join, unknown_fields, validate_mapping};
 use cp_api::{ConnectivityProxy, ServiceMapping, defaults, names};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -215,26 +215,6 @@ fn typed<K: serde::de::DeserializeOwned + serde::Serialize>(
         )));
     }
     Ok(parsed)
-}
-
-fn unknown_fields(sent: &Value, known: &Value, path: &str) -> Vec<String> {
-    match (sent, known) {
-        (Value::Object(s), Value::Object(k)) => s
-            .iter()
-            .flat_map(|(key, v)| match k.get(key) {
-                None if !v.is_null() => vec![format!("{path}.{key}")],
-                None => vec![],
-                Some(kv) => unknown_fields(v, kv, &format!("{path}.{key}")),
-            })
-            .collect(),
-        (Value::Array(s), Value::Array(k)) => s
-            .iter()
-            .zip(k)
-            .enumerate()
-            .flat_map(|(i, (a, b))| unknown_fields(a, b, &format!("{path}[{i}]")))
-            .collect(),
-        _ => vec![],
-    }
 }
 
 /// The JSON patch that fills missing `spec.deployment` fields with this release's defaults, or
