@@ -39,6 +39,8 @@ pub struct Ctx {
     pub mappings: Store<ServiceMapping>,
     /// Every ConnectivityProxy.
     pub proxies: Store<ConnectivityProxy>,
+    /// ConfigMap `kube-system/shoot-info` (the cluster domain), watched.
+    pub shoot_info: Store<k8s_openapi::api::core::v1::ConfigMap>,
     /// Settings.
     pub settings: Settings,
 }

@@ -166,6 +166,7 @@ async fn main() -> anyhow::Result<()> {
         watcher::Config::default(),
     );
     let proxies = controller.store();
+    let (shoot_store, shoot_writer) = reflector::store::<ConfigMap>();
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         applier: Applier::new(client.clone()),
@@ -180,6 +181,7 @@ async fn main() -> anyhow::Result<()> {
         crds: crds.clone(),
         mappings: mappings.clone(),
         proxies: proxies.clone(),
+        shoot_info: shoot_store,
         settings: Settings {
             deployment_defaults: cp_controller::upgrade::release_defaults(overrides.as_ref()),
             resync: Duration::from_secs(args.resync_seconds),
@@ -217,7 +219,7 @@ async fn main() -> anyhow::Result<()> {
             || name == names::CERT_MANAGER_CRD
     };
     let shoot_info = reflector::reflector(
-        reflector::store::<ConfigMap>().1,
+        shoot_writer,
         watcher(
             Api::<ConfigMap>::namespaced(client.clone(), names::SHOOT_INFO_NAMESPACE),
             watcher::Config::default().fields(&format!("metadata.name={}", names::SHOOT_INFO)),

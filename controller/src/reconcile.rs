@@ -373,10 +373,19 @@ pub fn statefulset_ready(sts: &StatefulSet) -> Result<String, String> {
 }
 
 async fn cluster_facts(ctx: &Ctx) -> Result<ClusterFacts, Error> {
-    let shoot_info = Api::<ConfigMap>::namespaced(ctx.client.clone(), names::SHOOT_INFO_NAMESPACE)
-        .get_opt(names::SHOOT_INFO)
-        .await
-        .map_err(|e| Error::kube("reading ConfigMap kube-system/shoot-info", e))?;
+    // The watch keeps shoot-info in a store; read the API only while the store has not seen it
+    // (before its first list, or on clusters without shoot-info).
+    let cached = ctx.shoot_info.get(
+        &kube::runtime::reflector::ObjectRef::new(names::SHOOT_INFO)
+            .within(names::SHOOT_INFO_NAMESPACE),
+    );
+    let shoot_info = match cached {
+        Some(cm) => Some((*cm).clone()),
+        None => Api::<ConfigMap>::namespaced(ctx.client.clone(), names::SHOOT_INFO_NAMESPACE)
+            .get_opt(names::SHOOT_INFO)
+            .await
+            .map_err(|e| Error::kube("reading ConfigMap kube-system/shoot-info", e))?,
+    };
     Ok(ClusterFacts {
         cluster_domain: shoot_info
             .and_then(|c| c.data)
