@@ -56,10 +56,18 @@ pub fn deployment_defaults() -> Deployment {
     }
 }
 
-/// `spec.deployment` defaults as JSON, the form the webhook patches in.
-pub fn deployment_defaults_json() -> serde_json::Value {
+/// `spec.deployment` defaults as JSON, built once: the webhook reads them on every request.
+pub fn deployment_defaults_value() -> &'static serde_json::Value {
+    static DEFAULTS: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
     // Serialising plain structs of strings and integers cannot fail.
-    serde_json::to_value(deployment_defaults()).unwrap_or(serde_json::Value::Null)
+    DEFAULTS.get_or_init(|| {
+        serde_json::to_value(deployment_defaults()).unwrap_or(serde_json::Value::Null)
+    })
+}
+
+/// `spec.deployment` defaults as an owned JSON value, the form the webhook patches in.
+pub fn deployment_defaults_json() -> serde_json::Value {
+    deployment_defaults_value().clone()
 }
 
 /// Fills every field of `current` that is missing with this release's default; returns whether

@@ -225,12 +225,12 @@ pub fn mutate(req: &Request) -> Result<Option<json_patch::Patch>, Denial> {
         return Err(invalid("object has no spec".into()));
     }
     let mut mutated = original.clone();
-    let defaults = defaults::deployment_defaults_json();
+    let defaults = defaults::deployment_defaults_value();
     let changed = match mutated.pointer_mut("/spec/deployment") {
-        Some(current) if !current.is_null() => defaults::fill_missing(current, &defaults),
+        Some(current) if !current.is_null() => defaults::fill_missing(current, defaults),
         _ => {
             if let Some(spec) = mutated.get_mut("spec").and_then(Value::as_object_mut) {
-                spec.insert("deployment".into(), defaults);
+                spec.insert("deployment".into(), defaults.clone());
             }
             true
         }
