@@ -90,28 +90,7 @@ async fn webhook_certificate_and_ca_rotate_without_a_failed_admission_request() 
     let api: Api<DynamicObject> =
         Api::namespaced_with(alice, &ns, &ApiResource::erase::<ConnectivityProxy>(&()));
     let probe: DynamicObject = serde_json::from_value(default_cr("probe")).expect("cr");
-    cp_tests::wait::until(
-        "admission through the controller-issued certificate",
-        Duration::from_secs(30),
-        || {
-            let (api, probe) = (api.clone(), probe.clone());
-            async move {
-                let r = api
-                    .create(
-                        &PostParams {
-                            dry_run: true,
-                            ..Default::default()
-                        },
-                        &probe,
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(r.data["spec"].get("deployment").map(|_| ()))
-            }
-        },
-    )
-    .await
-    .expect("admission works");
+    common::wait_admitted(&api, "admission through the controller-issued certificate").await;
 
     let target: DynamicObject = serde_json::from_value(default_cr("load-target")).expect("cr");
     api.create(&PostParams::default(), &target)

@@ -113,34 +113,36 @@ subjects:
 "#;
 
 async fn wait_admission_active(client: &Client) {
-    use kube::api::{Api, DynamicObject, PostParams};
     let ns = "webhook-probe";
     cp_tests::cluster::ensure_namespace(client, ns)
         .await
         .expect("probe namespace");
-    let api: Api<DynamicObject> = Api::namespaced_with(
+    let api = kube::api::Api::namespaced_with(
         client.clone(),
         ns,
         &kube::api::ApiResource::erase::<cp_api::ConnectivityProxy>(&()),
     );
+    wait_admitted(&api, "the API server to call the webhook").await;
+}
+
+/// Waits until a dry-run create of the default CR through `api` comes back defaulted by the webhook,
+/// i.e. the API server calls the webhook and trusts its certificate.
+pub async fn wait_admitted(api: &kube::api::Api<kube::api::DynamicObject>, what: &str) {
+    use kube::api::{DynamicObject, PostParams};
     let obj: DynamicObject = serde_json::from_value(default_cr("probe")).expect("object");
-    cp_tests::wait::until(
-        "the API server to call the webhook",
-        std::time::Duration::from_secs(30),
-        || {
-            let (api, obj) = (api.clone(), obj.clone());
-            async move {
-                let pp = PostParams {
-                    dry_run: true,
-                    ..Default::default()
-                };
-                let created = api.create(&pp, &obj).await.map_err(|e| e.to_string())?;
-                Ok(created.data["spec"].get("deployment").map(|_| ()))
-            }
-        },
-    )
+    let pp = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    cp_tests::wait::until(what, std::time::Duration::from_secs(30), || {
+        let (api, obj, pp) = (api.clone(), obj.clone(), pp.clone());
+        async move {
+            let created = api.create(&pp, &obj).await.map_err(|e| e.to_string())?;
+            Ok(created.data["spec"].get("deployment").map(|_| ()))
+        }
+    })
     .await
-    .expect("admission active");
+    .expect("admission through the webhook");
 }
 
 /// The Kyma default CR (from the reference example) with another name.

@@ -52,28 +52,7 @@ async fn webhook_down_fails_closed_for_connectivity_proxies_only() {
         &ApiResource::erase::<ConnectivityProxy>(&()),
     );
     let cr: DynamicObject = serde_json::from_value(default_cr("down")).expect("cr");
-    cp_tests::wait::until(
-        "admission through the webhook",
-        Duration::from_secs(30),
-        || {
-            let (api, cr) = (api.clone(), cr.clone());
-            async move {
-                let r = api
-                    .create(
-                        &PostParams {
-                            dry_run: true,
-                            ..Default::default()
-                        },
-                        &cr,
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(r.data["spec"].get("deployment").map(|_| ()))
-            }
-        },
-    )
-    .await
-    .expect("admission active");
+    common::wait_admitted(&api, "admission through the webhook").await;
 
     cp.kill_process("webhook-to-kill")
         .expect("kill the webhook");
