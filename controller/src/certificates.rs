@@ -334,37 +334,19 @@ pub async fn run_webhook_certs(
     metrics: Arc<Metrics>,
 ) {
     use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, watcher};
     let notify = Arc::new(tokio::sync::Notify::new());
-    let by_name = |n: &str| watcher::Config::default().fields(&format!("metadata.name={n}"));
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
     let streams = futures::stream::select_all(vec![
-        watcher(secrets.clone(), by_name(names::WEBHOOK_CA_SECRET))
-            .default_backoff()
-            .touched_objects()
-            .map(|r| r.map(|_| ()))
-            .boxed(),
-        watcher(secrets, by_name(names::WEBHOOK_CERT_SECRET))
-            .default_backoff()
-            .touched_objects()
-            .map(|r| r.map(|_| ()))
-            .boxed(),
-        watcher(
+        changes(secrets.clone(), names::WEBHOOK_CA_SECRET),
+        changes(secrets, names::WEBHOOK_CERT_SECRET),
+        changes(
             Api::<MutatingWebhookConfiguration>::all(client.clone()),
-            by_name(names::MUTATING_WEBHOOK_CONFIG),
-        )
-        .default_backoff()
-        .touched_objects()
-        .map(|r| r.map(|_| ()))
-        .boxed(),
-        watcher(
+            names::MUTATING_WEBHOOK_CONFIG,
+        ),
+        changes(
             Api::<ValidatingWebhookConfiguration>::all(client.clone()),
-            by_name(names::VALIDATING_WEBHOOK_CONFIG),
-        )
-        .default_backoff()
-        .touched_objects()
-        .map(|r| r.map(|_| ()))
-        .boxed(),
+            names::VALIDATING_WEBHOOK_CONFIG,
+        ),
     ]);
     let n = notify.clone();
     tokio::spawn(async move {
@@ -529,4 +511,25 @@ pub async fn tunnel_objects(
             ))
         }
     }
+}
+
+/// A stream that yields whenever the named object changes.
+fn changes<K>(
+    api: Api<K>,
+    name: &str,
+) -> futures::stream::BoxStream<'static, Result<(), kube::runtime::watcher::Error>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    watcher(
+        api,
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    )
+    .default_backoff()
+    .touched_objects()
+    .map(|r| r.map(|_| ()))
+    .boxed()
 }
