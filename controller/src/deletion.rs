@@ -42,7 +42,8 @@ pub async fn reconcile_deletion(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Act
             Cond::failed(types::INSTALLED, "DeletionBlockedByServiceMappings", msg),
         );
         status::write(ctx, cr, &computed).await?;
-        return Ok(Action::await_change());
+        // The mapping watch wakes us when they are gone; the resync is the fallback.
+        return Ok(Action::requeue(ctx.settings.resync));
     }
     let computed = Computed::blocked(
         State::Deleting,

@@ -21,6 +21,11 @@ use crate::status::{self, Computed, Cond, types};
 /// Reconciles one CR, recording metrics.
 pub async fn reconcile(cr: Arc<ConnectivityProxy>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let start = Instant::now();
+    let cr = match current(&cr, &ctx).await {
+        Ok(Some(c)) => c,
+        Ok(None) => return Ok(Action::await_change()),
+        Err(e) => return Err(e),
+    };
     let result = if cr.meta().deletion_timestamp.is_some() {
         crate::deletion::reconcile_deletion(&cr, &ctx).await
     } else {
@@ -40,6 +45,33 @@ pub async fn reconcile(cr: Arc<ConnectivityProxy>, ctx: Arc<Ctx>) -> Result<Acti
         .set(ctx.mappings.state().len() as i64);
     tracing::debug!(result = ?result, elapsed = ?start.elapsed(), "reconcile finished");
     result
+}
+
+/// The CR as stored now (one quorum read), not as the watch last delivered it: a watch can miss an
+/// event when etcd restarts right after a write (seen with kube-apiserver 1.37), and a resync would
+/// otherwise reconcile the stale copy forever. `None` when the CR is gone.
+async fn current(
+    cached: &Arc<ConnectivityProxy>,
+    ctx: &Ctx,
+) -> Result<Option<Arc<ConnectivityProxy>>, Error> {
+    let api: Api<ConnectivityProxy> =
+        Api::namespaced(ctx.client.clone(), &cached.namespace().unwrap_or_default());
+    match api.get_opt(&cached.name_any()).await {
+        Ok(Some(fresh)) => {
+            if fresh.metadata.generation > cached.metadata.generation {
+                tracing::info!(
+                    namespace = cached.namespace().unwrap_or_default(),
+                    name = cached.name_any(),
+                    cached = ?cached.metadata.generation,
+                    current = ?fresh.metadata.generation,
+                    "the watch was behind; reconciling the current generation"
+                );
+            }
+            Ok(Some(Arc::new(fresh)))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => Err(Error::kube("reading the ConnectivityProxy", e)),
+    }
 }
 
 /// Requeue with backoff on errors.
@@ -69,6 +101,9 @@ fn same(a: &ConnectivityProxy, b: &ConnectivityProxy) -> bool {
 
 async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
     let resync = Action::requeue(ctx.settings.resync);
+    // After writing the CR itself, come back soon even if the watch never delivers that write (it can
+    // be lost when etcd restarts right after it).
+    let next_step = Action::requeue(std::time::Duration::from_secs(1));
     if let Some(p) = primary(ctx).filter(|p| !same(p, cr)) {
         let msg = format!(
             "only one ConnectivityProxy is reconciled per cluster and {}/{} is the active one; delete this one",
@@ -81,13 +116,13 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
             Cond::failed(types::CONFIGURATION, "DuplicateConnectivityProxy", msg),
         );
         status::write(ctx, cr, &computed).await?;
-        return Ok(Action::await_change());
+        return Ok(resync);
     }
     ensure_finalizer(cr, ctx).await?;
     if crate::upgrade::ensure_release_defaults(&ctx.client, cr, &ctx.settings.deployment_defaults)
         .await?
     {
-        return Ok(Action::await_change());
+        return Ok(next_step);
     }
     match crate::migration::migrate(&ctx.client, cr).await? {
         crate::migration::Outcome::NotNeeded => {}
@@ -102,7 +137,7 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
                 ),
             );
             status::write(ctx, cr, &computed).await?;
-            return Ok(Action::await_change());
+            return Ok(next_step);
         }
         crate::migration::Outcome::Blocked(e) => {
             let msg = format!(
@@ -163,7 +198,7 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
             Cond::failed(types::DEPENDENCIES, reason, msg),
         );
         status::write(ctx, cr, &computed).await?;
-        return Ok(Action::await_change());
+        return Ok(resync);
     }
     let deps = Cond::ok(
         types::DEPENDENCIES,

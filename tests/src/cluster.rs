@@ -75,6 +75,8 @@ pub struct ControlPlane {
     pub admin_kubeconfig: PathBuf,
     group_leader: u32,
     children: Mutex<Vec<(String, Child)>>,
+    /// Program and arguments of etcd, kube-apiserver and kube-controller-manager, to start them again.
+    components: Mutex<Vec<(String, PathBuf, Vec<String>)>>,
     keep_dir: bool,
 }
 
@@ -196,6 +198,7 @@ impl ControlPlane {
             dir: dir.clone(),
             group_leader,
             children: Mutex::new(Vec::new()),
+            components: Mutex::new(Vec::new()),
             keep_dir: opts.keep_dir,
         };
 
@@ -203,27 +206,29 @@ impl ControlPlane {
         let peer_port = free_port()?;
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
-        cp.spawn(
+        cp.spawn_component(
             "etcd",
-            Command::new(bins.join("etcd")).args([
-                "--name=default",
-                &format!("--data-dir={}", dir.join("etcd").display()),
-                &format!("--listen-client-urls={etcd_url}"),
-                &format!("--advertise-client-urls={etcd_url}"),
-                &format!("--listen-peer-urls={peer_url}"),
-                &format!("--initial-advertise-peer-urls={peer_url}"),
-                &format!("--initial-cluster=default={peer_url}"),
-                "--unsafe-no-fsync=true",
-                "--log-level=warn",
-            ]),
+            bins.join("etcd"),
+            vec![
+                "--name=default".into(),
+                format!("--data-dir={}", dir.join("etcd").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=default={peer_url}"),
+                "--unsafe-no-fsync=true".into(),
+                "--log-level=warn".into(),
+            ],
         )?;
 
         let api_port = free_port()?;
         cp.server = format!("https://127.0.0.1:{api_port}");
         let d = |f: &str| dir.join(f).display().to_string();
-        cp.spawn(
+        cp.spawn_component(
             "kube-apiserver",
-            Command::new(bins.join("kube-apiserver")).args([
+            bins.join("kube-apiserver"),
+            vec![
                 format!("--etcd-servers={etcd_url}"),
                 "--bind-address=127.0.0.1".into(),
                 "--advertise-address=127.0.0.1".into(),
@@ -244,7 +249,7 @@ impl ControlPlane {
                 format!("--audit-log-path={}", d("audit.log")),
                 "--audit-log-format=json".into(),
                 "--v=1".into(),
-            ]),
+            ],
         )?;
 
         let admin = cp.kubeconfig_yaml(&Identity::Admin, None)?;
@@ -252,9 +257,10 @@ impl ControlPlane {
         cp.wait_ready(Duration::from_secs(90))?;
 
         let kcm_port = free_port()?;
-        cp.spawn(
+        cp.spawn_component(
             "kube-controller-manager",
-            Command::new(bins.join("kube-controller-manager")).args([
+            bins.join("kube-controller-manager"),
+            vec![
                 format!("--kubeconfig={}", d("admin.kubeconfig")),
                 format!("--authentication-kubeconfig={}", d("admin.kubeconfig")),
                 format!("--authorization-kubeconfig={}", d("admin.kubeconfig")),
@@ -266,13 +272,63 @@ impl ControlPlane {
                 "--leader-elect=false".into(),
                 "--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller".into(),
                 "--v=1".into(),
-            ]),
+            ],
         )?;
         Ok(cp)
     }
 
+    /// Starts a control-plane component and remembers how, so that [`ControlPlane::restart`] can start
+    /// it again.
+    fn spawn_component(
+        &self,
+        name: &str,
+        program: PathBuf,
+        args: Vec<String>,
+    ) -> anyhow::Result<()> {
+        self.spawn(name, Command::new(&program).args(&args))?;
+        self.components
+            .lock()
+            .map_err(|_| anyhow::anyhow!("components lock poisoned"))?
+            .push((name.to_string(), program, args));
+        Ok(())
+    }
+
+    /// SIGKILLs a control-plane component (`etcd`, `kube-apiserver`, `kube-controller-manager`),
+    /// starts it again with the same arguments and data, and waits until the API server is ready
+    /// again (which, for etcd, means the API server reaches its storage again). Returns how long the
+    /// component was away.
+    pub async fn restart(&self, name: &str) -> anyhow::Result<Duration> {
+        let (program, args) = {
+            let components = self
+                .components
+                .lock()
+                .map_err(|_| anyhow::anyhow!("components lock poisoned"))?;
+            let (_, program, args) = components
+                .iter()
+                .find(|(n, _, _)| n == name)
+                .with_context(|| format!("{name} is not a control-plane component"))?;
+            (program.clone(), args.clone())
+        };
+        let started = std::time::Instant::now();
+        self.kill_process(name)?;
+        self.spawn(name, Command::new(&program).args(&args))?;
+        self.wait_ready_async(Duration::from_secs(90))
+            .await
+            .map_err(|e| {
+                e.context(format!(
+                    "after restarting {name}; its log tail:\n{}",
+                    self.log_tail(name, 30)
+                ))
+            })?;
+        Ok(started.elapsed())
+    }
+
     fn spawn(&self, name: &str, cmd: &mut Command) -> anyhow::Result<()> {
-        let log = fs::File::create(self.dir.join(format!("{name}.log")))?;
+        // Append: a restarted process continues its log.
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{name}.log")))?;
         let child = cmd
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -336,24 +392,26 @@ impl ControlPlane {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        rt.block_on(async {
-            let client = self.client(&Identity::Admin).await?;
-            crate::wait::until("kube-apiserver /readyz", timeout, || {
-                let client = client.clone();
-                async move {
-                    self.check_alive().map_err(|e| format!("{e:#}"))?;
-                    let req = http::Request::get("/readyz")
-                        .body(Vec::new())
-                        .map_err(|e| e.to_string())?;
-                    match client.request_text(req).await {
-                        Ok(body) if body.trim() == "ok" => Ok(Some(())),
-                        Ok(body) => Err(body),
-                        Err(e) => Err(e.to_string()),
-                    }
+        rt.block_on(self.wait_ready_async(timeout))
+    }
+
+    async fn wait_ready_async(&self, timeout: Duration) -> anyhow::Result<()> {
+        let client = self.client(&Identity::Admin).await?;
+        crate::wait::until("kube-apiserver /readyz", timeout, || {
+            let client = client.clone();
+            async move {
+                self.check_alive().map_err(|e| format!("{e:#}"))?;
+                let req = http::Request::get("/readyz")
+                    .body(Vec::new())
+                    .map_err(|e| e.to_string())?;
+                match client.request_text(req).await {
+                    Ok(body) if body.trim() == "ok" => Ok(Some(())),
+                    Ok(body) => Err(body),
+                    Err(e) => Err(e.to_string()),
                 }
-            })
-            .await
+            }
         })
+        .await
         .map_err(|e| {
             e.context(format!(
                 "kube-apiserver log tail:\n{}",

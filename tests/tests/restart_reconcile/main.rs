@@ -1,0 +1,151 @@
+//! The API server, then etcd, SIGKILLed and restarted right after a CR edit, while the controller
+//! reconciles it: the controller (leader election on, default 15 s lease) and the webhook recover by
+//! themselves, without a restart of their own; the edit lands; no ServiceMapping and no user field is
+//! lost.
+#![forbid(unsafe_code)]
+
+#[allow(dead_code)]
+#[path = "../e2e/common.rs"]
+mod common;
+#[allow(dead_code)]
+#[path = "../restart_support.rs"]
+mod restart_support;
+#[allow(dead_code)]
+#[path = "../controller/support.rs"]
+mod support;
+
+use std::time::Duration;
+
+use cp_api::{ConnectivityProxy, ServiceMapping};
+use cp_tests::controller::ControllerProcess;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use support::NS;
+
+const MAPPINGS: usize = 20;
+
+#[tokio::test]
+async fn api_server_and_etcd_restarts_during_reconcile_lose_nothing() {
+    let cp = common::control_plane();
+    let admin = cp.admin().await.expect("admin");
+    common::install_our_crds(&admin).await;
+    for ns in [NS, "istio-system"] {
+        cp_tests::cluster::ensure_namespace(&admin, ns)
+            .await
+            .expect("namespace");
+    }
+    support::install_istio(&admin).await;
+    support::install_btp(&admin).await;
+    support::set_domain(&admin, Some(support::DOMAIN)).await;
+    let webhook = common::webhook().await;
+    let controller = ControllerProcess::start(
+        &cp,
+        "cp-controller",
+        &[
+            "--resync-seconds=5",
+            // The test webhook serves its own certificate.
+            "--manage-webhook-certs=false",
+        ],
+    )
+    .await
+    .expect("controller");
+
+    support::create_default_cr(&admin, NS, "connectivity-proxy").await;
+    for i in 0..MAPPINGS {
+        support::create_mapping(&admin, &format!("restart-{i}")).await;
+    }
+    support::make_ready(&admin, NS, "connectivity-proxy").await;
+    let mappings_before = restart_support::mappings(&admin).await;
+    assert_eq!(mappings_before.len(), MAPPINGS);
+
+    let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), NS);
+    for (round, component, port) in [(0, "kube-apiserver", 20551), (1, "etcd", 20552)] {
+        let spec_before = crs.get("connectivity-proxy").await.expect("CR").spec;
+        let edit = json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": port}}}}}});
+        crs.patch(
+            "connectivity-proxy",
+            &PatchParams::default(),
+            &Patch::Merge(&edit),
+        )
+        .await
+        .expect("edit");
+        let away = cp.restart(component).await.expect("restart");
+        println!(
+            "{component} SIGKILLed right after the edit; the API server was ready again after {away:?}"
+        );
+
+        cp_tests::wait::until(
+            &format!("the edit after the {component} restart reaches the ConfigMap"),
+            Duration::from_secs(60),
+            || {
+                let (cms, crs) = (cms.clone(), crs.clone());
+                async move {
+                    let info = cms
+                        .get("connectivity-proxy-info")
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let got = info
+                        .data
+                        .and_then(|d| d.get("onpremise_proxy_http_port").cloned())
+                        .unwrap_or_default();
+                    if got == port.to_string() {
+                        Ok(Some(()))
+                    } else {
+                        let cr = crs
+                            .get("connectivity-proxy")
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        let spec_port = serde_json::to_value(&cr.spec).unwrap_or_default()
+                            ["config"]["servers"]["proxy"]["http"]["port"]
+                            .clone();
+                        Err(format!(
+                            "onpremise_proxy_http_port is {got:?}; the CR (generation {:?}, observed {:?}) has port {spec_port}",
+                            cr.metadata.generation,
+                            cr.status.and_then(|s| s.observed_generation)
+                        ))
+                    }
+                }
+            },
+        )
+        .await
+        .expect("edit applied");
+        support::play_until_ready(&admin, NS, "connectivity-proxy").await;
+
+        // No user field lost: the spec is the old one plus the edit.
+        let mut expected = serde_json::to_value(&spec_before).expect("json");
+        expected["config"]["servers"]["proxy"]["http"]["port"] = json!(port);
+        let spec_after = crs.get("connectivity-proxy").await.expect("CR").spec;
+        assert_eq!(
+            serde_json::to_value(&spec_after).expect("json"),
+            expected,
+            "the CR spec after the {component} restart"
+        );
+        // No ServiceMapping lost or replaced.
+        assert_eq!(
+            restart_support::mappings(&admin).await,
+            mappings_before,
+            "ServiceMappings (uid and spec) after the {component} restart"
+        );
+        restart_support::assert_mappings_published(&admin, &mappings_before).await;
+
+        // The webhook's watch resumed: a mapping created now is known to it (its duplicate is refused).
+        let fresh = format!("after-restart-{round}");
+        support::create_mapping(&admin, &fresh).await;
+        restart_support::wait_duplicate_refused(&admin, &fresh).await;
+        Api::<ServiceMapping>::all(admin.clone())
+            .delete(&fresh, &Default::default())
+            .await
+            .expect("delete the probe mapping");
+
+        // Neither process restarted: both still answer on the addresses they started with.
+        restart_support::assert_alive(&cp, &controller.metrics_addr, "cp-controller").await;
+        let (code, _) = webhook
+            .metrics_get("/readyz")
+            .await
+            .expect("webhook /readyz");
+        assert_eq!(code, 200, "webhook ready after the {component} restart");
+    }
+}

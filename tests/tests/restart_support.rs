@@ -1,0 +1,110 @@
+//! Checks shared by the restart tests: nothing lost, both processes still the same, the webhook's
+//! watch resumed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cp_api::ServiceMapping;
+use cp_tests::ControlPlane;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+
+/// uid and spec of every ServiceMapping.
+pub async fn mappings(admin: &Client) -> BTreeMap<String, (String, serde_json::Value)> {
+    Api::<ServiceMapping>::all(admin.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("list mappings")
+        .items
+        .into_iter()
+        .map(|m| {
+            (
+                m.name_any(),
+                (
+                    m.uid().unwrap_or_default(),
+                    serde_json::to_value(&m.spec).expect("json"),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Every mapping's serviceId is in the ConfigMap the Connectivity Proxy reads.
+pub async fn assert_mappings_published(
+    admin: &Client,
+    expected: &BTreeMap<String, (String, serde_json::Value)>,
+) {
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), cp_api::names::KYMA_SYSTEM);
+    let what = "every ServiceMapping in the published ConfigMap";
+    cp_tests::wait::until(what, Duration::from_secs(30), || {
+        let cms = cms.clone();
+        async move {
+            let cm = cms
+                .get(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS)
+                .await
+                .map_err(|e| e.to_string())?;
+            let data = cm
+                .data
+                .and_then(|d| {
+                    d.get(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS_KEY)
+                        .cloned()
+                })
+                .unwrap_or_default();
+            let missing: Vec<String> = expected
+                .values()
+                .filter_map(|(_, spec)| spec["serviceId"].as_str())
+                .filter(|id| !data.contains(&format!("\"{id}\"")))
+                .map(str::to_string)
+                .collect();
+            if missing.is_empty() {
+                Ok(Some(()))
+            } else {
+                Err(format!("missing {missing:?}"))
+            }
+        }
+    })
+    .await
+    .expect("published");
+}
+
+/// Waits until the webhook refuses a duplicate of mapping `name`: its cache has seen the mapping.
+pub async fn wait_duplicate_refused(admin: &Client, name: &str) {
+    let api: Api<ServiceMapping> = Api::all(admin.clone());
+    let original = api.get(name).await.expect("mapping");
+    let mut probe = ServiceMapping::new(&format!("{name}-duplicate"), original.spec.clone());
+    probe.metadata.labels = None;
+    cp_tests::wait::until(
+        &format!("the webhook refuses a duplicate of {name}"),
+        Duration::from_secs(30),
+        || {
+            let (api, probe) = (api.clone(), probe.clone());
+            async move {
+                let pp = PostParams {
+                    dry_run: true,
+                    ..Default::default()
+                };
+                match api.create(&pp, &probe).await {
+                    Err(kube::Error::Api(s)) if s.message.contains("already maps") => Ok(Some(())),
+                    other => Err(format!("{other:?}")),
+                }
+            }
+        },
+    )
+    .await
+    .expect("duplicate refused");
+}
+
+/// The process answers `/healthz` on the address it started with and never logged an exit.
+pub async fn assert_alive(cp: &ControlPlane, metrics_addr: &str, name: &str) {
+    let (code, _) = cp_tests::webhook::http_get(metrics_addr, "/healthz")
+        .await
+        .unwrap_or_else(|e| panic!("{name} /healthz: {e:#}\n{}", cp.log_tail(name, 30)));
+    assert_eq!(code, 200, "{name} /healthz");
+    let log = std::fs::read_to_string(cp.dir.join(format!("{name}.log"))).unwrap_or_default();
+    assert!(
+        !log.contains("exiting"),
+        "{name} logged an exit:\n{}",
+        cp.log_tail(name, 30)
+    );
+}
