@@ -580,3 +580,76 @@ async fn malformed_requests_get_a_4xx_and_the_webhook_stays_up() {
         "{metrics}"
     );
 }
+
+/// A ClientHello without a `supported_versions` extension, so `version` is the highest it offers
+/// (`[3, 2]`: TLS 1.1, `[3, 3]`: TLS 1.2), with cipher suites and extensions a TLS 1.2 server accepts:
+/// the version is the only reason to refuse it.
+fn client_hello(version: [u8; 2]) -> Vec<u8> {
+    let mut body = version.to_vec();
+    body.extend([0x5a; 32]); // random
+    body.push(0); // no session id
+    // ECDHE-ECDSA/RSA-AES128-GCM-SHA256, ECDHE-RSA/ECDSA-AES128-SHA, RSA-AES128-SHA
+    let suites: [u16; 5] = [0xc02b, 0xc02f, 0xc013, 0xc009, 0x002f];
+    body.extend(((suites.len() * 2) as u16).to_be_bytes());
+    for s in suites {
+        body.extend(s.to_be_bytes());
+    }
+    body.extend([1, 0]); // compression: null
+    let extensions: Vec<u8> = [
+        &[0x00, 0x0a, 0x00, 0x04, 0x00, 0x02, 0x00, 0x17][..], // supported_groups: secp256r1
+        &[0x00, 0x0b, 0x00, 0x02, 0x01, 0x00][..],             // ec_point_formats: uncompressed
+        // signature_algorithms: ecdsa_secp256r1_sha256, rsa_pss_rsae_sha256, rsa_pkcs1_sha256
+        &[
+            0x00, 0x0d, 0x00, 0x08, 0x00, 0x06, 0x04, 0x03, 0x08, 0x04, 0x04, 0x01,
+        ][..],
+    ]
+    .concat();
+    body.extend((extensions.len() as u16).to_be_bytes());
+    body.extend(extensions);
+    let mut handshake = vec![0x01]; // ClientHello
+    handshake.extend(&(body.len() as u32).to_be_bytes()[1..]);
+    handshake.extend(body);
+    let mut record = vec![0x16, 0x03, 0x01]; // handshake record, TLS 1.0 record version
+    record.extend((handshake.len() as u16).to_be_bytes());
+    record.extend(handshake);
+    record
+}
+
+/// The first 7 bytes the server sends back after `hello`.
+async fn first_record(addr: &str, hello: &[u8]) -> [u8; 7] {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    conn.write_all(hello).await.expect("ClientHello");
+    let mut reply = [0u8; 7];
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        conn.read_exact(&mut reply),
+    )
+    .await
+    .expect("the webhook answers within 10 s")
+    .expect("a TLS record");
+    reply
+}
+
+#[tokio::test]
+async fn the_webhook_refuses_tls_1_1_clients() {
+    let wh = webhook().await;
+    let addr = wh.url.trim_start_matches("https://");
+    // The same hello offering TLS 1.2 gets a ServerHello (a handshake record, 22): the probe works.
+    let tls12 = first_record(addr, &client_hello([3, 3])).await;
+    assert_eq!(
+        tls12[0], 22,
+        "TLS 1.2 hello: expected a handshake record, got {tls12:?}"
+    );
+    // Offering at most TLS 1.1: a fatal alert (21), protocol_version (70) or handshake_failure (40).
+    let tls11 = first_record(addr, &client_hello([3, 2])).await;
+    assert_eq!(
+        tls11[0], 21,
+        "TLS 1.1 hello: expected an alert, got {tls11:?}"
+    );
+    assert_eq!(tls11[5], 2, "a fatal alert: {tls11:?}");
+    assert!(
+        [70, 40].contains(&tls11[6]),
+        "protocol_version or handshake_failure: {tls11:?}"
+    );
+}
