@@ -28,20 +28,22 @@ pub fn manifest_path(path: &str) -> PathBuf {
     cp_tests::workspace_root().join("manifests").join(path)
 }
 
-/// Installs our CRDs once per test binary.
+/// Installs our CRDs once per test binary (into the shared control plane).
 pub async fn install_our_crds(client: &Client) {
     static DONE: OnceCell<()> = OnceCell::const_new();
-    DONE.get_or_init(|| async {
-        for f in [
-            "crds/connectivityproxies.connectivityproxy.sap.com.yaml",
-            "crds/servicemappings.connectivityproxy.sap.com.yaml",
-        ] {
-            manifest::apply_file(client, &manifest_path(f), None)
-                .await
-                .unwrap_or_else(|e| panic!("applying {f}: {e:#}"));
-        }
-    })
-    .await;
+    DONE.get_or_init(|| apply_our_crds(client)).await;
+}
+
+/// Applies our CRDs (for a control plane of a test's own).
+pub async fn apply_our_crds(client: &Client) {
+    for f in [
+        "crds/connectivityproxies.connectivityproxy.sap.com.yaml",
+        "crds/servicemappings.connectivityproxy.sap.com.yaml",
+    ] {
+        manifest::apply_file(client, &manifest_path(f), None)
+            .await
+            .unwrap_or_else(|e| panic!("applying {f}: {e:#}"));
+    }
 }
 
 /// Every leaf of `expected` must be present with the same value in `actual`; returns the paths
