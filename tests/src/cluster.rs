@@ -34,7 +34,15 @@ rules:
 - level: None
 ";
 
-/// One write recorded in the audit log.
+/// Audit every request (metadata only): for benchmarks that count reads too.
+const AUDIT_POLICY_ALL: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [\"RequestReceived\"]
+rules:
+- level: Metadata
+";
+
+/// One request recorded in the audit log.
 #[derive(Clone, Debug, serde::Deserialize)]
 pub struct AuditWrite {
     /// create, update, patch, delete, ...
@@ -87,6 +95,8 @@ pub struct Options {
     pub dir: Option<PathBuf>,
     /// Keep the working directory after stopping.
     pub keep_dir: bool,
+    /// Audit reads as well as writes (see [`ControlPlane::audit_requests_since`]).
+    pub audit_reads: bool,
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -187,7 +197,15 @@ impl ControlPlane {
         write(&dir, "client-ca.crt", &client_ca.cert_pem)?;
         write(&dir, "sa.key", &sa_key.serialize_pem())?;
         write(&dir, "sa.pub", &sa_key.public_key_pem())?;
-        write(&dir, "audit-policy.yaml", AUDIT_POLICY)?;
+        write(
+            &dir,
+            "audit-policy.yaml",
+            if opts.audit_reads {
+                AUDIT_POLICY_ALL
+            } else {
+                AUDIT_POLICY
+            },
+        )?;
 
         let group_leader = start_watchdog(&dir, (!opts.keep_dir).then_some(dir.as_path()))?;
         let mut cp = ControlPlane {
@@ -365,6 +383,16 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// The process id of a process started by the control plane, while it runs.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.children
+            .lock()
+            .ok()?
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c.id())
+    }
+
     /// The tail of a process log, for failure messages.
     pub fn log_tail(&self, name: &str, lines: usize) -> String {
         let text = fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
@@ -537,6 +565,17 @@ impl ControlPlane {
 
     /// Writes recorded in the audit log after `offset` (completed requests only).
     pub fn audit_writes_since(&self, offset: u64) -> anyhow::Result<Vec<AuditWrite>> {
+        const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+        Ok(self
+            .audit_requests_since(offset)?
+            .into_iter()
+            .filter(|w| WRITES.contains(&w.verb.as_str()))
+            .collect())
+    }
+
+    /// Every request recorded in the audit log after `offset` (completed requests only; reads only
+    /// with [`Options::audit_reads`]).
+    pub fn audit_requests_since(&self, offset: u64) -> anyhow::Result<Vec<AuditWrite>> {
         use std::io::{Read, Seek, SeekFrom};
         let mut f = fs::File::open(self.dir.join("audit.log"))?;
         f.seek(SeekFrom::Start(offset))?;

@@ -116,7 +116,10 @@ impl Webhook {
         );
         let mut cmd = Command::new(&bin);
         cmd.env("KUBECONFIG", &kubeconfig)
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("CP_WEBHOOK_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .arg(format!("--addr=127.0.0.1:{port}"))
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
             .args(extra_args);

@@ -70,6 +70,10 @@ pub fn render_config(cr: &ConnectivityProxy, resolved: &Resolved) -> String {
 }
 
 /// All mappings as deterministic JSON (sorted by name; fields in a fixed order).
+///
+/// Optional fields that are not set (`subaccountId`, `tenantId`, empty `locationIds`) are left out
+/// rather than written as `null`/`[]`: the ConfigMap must stay under the 1 MiB object limit, and this
+/// keeps 10,000 mappings with short names within it.
 pub fn service_mappings_json(mappings: &[Arc<ServiceMapping>]) -> String {
     let mut sorted: Vec<&Arc<ServiceMapping>> = mappings.iter().collect();
     sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -77,15 +81,24 @@ pub fn service_mappings_json(mappings: &[Arc<ServiceMapping>]) -> String {
         .into_iter()
         .map(|m| {
             let s = &m.spec;
-            json!({
+            let mut e = json!({
                 "name": m.metadata.name,
                 "type": s.kind.as_str(),
-                "subaccountId": s.subaccount_id,
                 "serviceId": s.service_id,
-                "tenantId": s.tenant_id,
                 "internalAddress": s.internal_address,
-                "locationIds": s.location_ids.clone().unwrap_or_default(),
-            })
+            });
+            if let Some(obj) = e.as_object_mut() {
+                if let Some(v) = &s.subaccount_id {
+                    obj.insert("subaccountId".into(), json!(v));
+                }
+                if let Some(v) = &s.tenant_id {
+                    obj.insert("tenantId".into(), json!(v));
+                }
+                if let Some(v) = s.location_ids.as_ref().filter(|l| !l.is_empty()) {
+                    obj.insert("locationIds".into(), json!(v));
+                }
+            }
+            e
         })
         .collect();
     serde_json::to_string(&entries).unwrap_or_else(|_| "[]".into())

@@ -179,3 +179,38 @@ fn service_mappings_json_is_deterministic() {
     assert_eq!(a, b);
     assert!(a.starts_with(r#"[{"internalAddress":"a:1""#), "{a}");
 }
+
+#[test]
+fn service_mappings_json_leaves_out_unset_fields_and_fits_10000_mappings_in_a_config_map() {
+    let mapping = |name: String, extra: Value| -> Arc<cp_api::ServiceMapping> {
+        let mut spec = json!({"type": "TCP", "serviceId": name, "internalAddress": "erp.ns:3300"});
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+                "metadata": {"name": name}, "spec": spec
+            }))
+            .expect("mapping"),
+        )
+    };
+    let full = service_mappings_json(&[mapping(
+        "full".into(),
+        json!({"subaccountId": "sub", "tenantId": "t", "locationIds": ["loc"]}),
+    )]);
+    let v: Value = serde_json::from_str(&full).expect("json");
+    assert_eq!(v[0]["subaccountId"], "sub");
+    assert_eq!(v[0]["tenantId"], "t");
+    assert_eq!(v[0]["locationIds"], json!(["loc"]));
+    let bare = service_mappings_json(&[mapping("bare".into(), json!({"locationIds": []}))]);
+    assert!(
+        !bare.contains("null") && !bare.contains("locationIds"),
+        "{bare}"
+    );
+    let many: Vec<_> = (0..10_000)
+        .map(|i| mapping(format!("mapping-{i:05}"), json!({})))
+        .collect();
+    let size = service_mappings_json(&many).len();
+    assert!(size < 1_000_000, "10,000 mappings take {size} bytes");
+}

@@ -32,6 +32,7 @@ async fn main() -> anyhow::Result<()> {
     let opts = Options {
         dir: Some(dir.clone()),
         keep_dir: true,
+        ..Default::default()
     };
     let cp = tokio::task::spawn_blocking(move || ControlPlane::start(opts)).await??;
     let client = cp.admin().await?;
