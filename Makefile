@@ -4,7 +4,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/cp-operator/target
 export CARGO_TERM_COLOR ?= never
 BIN := $(CARGO_TARGET_DIR)/debug
 
-.PHONY: all run test lint fmt k8s-bins build manifests check-manifests check-leaks clean-local soak
+.PHONY: all run test lint fmt k8s-bins build manifests check-manifests check-leaks clean-local soak fuzz bench go-peer
 
 all: build
 
@@ -43,6 +43,23 @@ check-leaks:
 ## (about 5 minutes). CP_SOAK_RUNS and CP_SOAK_SEED change or replay it.
 soak: k8s-bins build
 	cargo test -p cp-tests --test soak -- --ignored --nocapture
+	@$(MAKE) --no-print-directory check-leaks
+
+## Coverage-guided fuzzing (cargo-fuzz, nightly) of AdmissionReview decode + mutate + validate and of
+## the legacy configuration import; FUZZ_SECONDS per target (default 120).
+fuzz:
+	bash hack/fuzz.sh
+
+## The controller-runtime webhook peer the benchmarks compare against (Go, cached by source time).
+go-peer:
+	@bash hack/build-go-peer.sh
+
+## Benchmarks on a local control plane, release builds, loopback only: writes BENCHMARKS.md.
+## BENCH_FLAGS=--quick for a short run.
+bench: k8s-bins go-peer
+	cargo build --release -p cp-webhook -p cp-controller -p cp-bench --bins
+	cargo bench -q -p cp-bench --bench admission -- --warm-up-time 1 --measurement-time 3
+	CP_WEBHOOK_LOG=warn CP_CONTROLLER_LOG=warn $(CARGO_TARGET_DIR)/release/cp-bench $(BENCH_FLAGS)
 	@$(MAKE) --no-print-directory check-leaks
 
 ## A local control plane with the module installed and the default CR; Ctrl-C stops everything.

@@ -132,6 +132,10 @@ pub async fn serve_tls(listener: TcpListener, acceptor: TlsAcceptor, router: Rou
                 continue;
             }
         };
+        // Answers are small and written at once: do not let Nagle's algorithm hold them back.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(%peer, error = %e, "TCP_NODELAY not set");
+        }
         let acceptor = acceptor.clone();
         let svc = TowerToHyperService::new(router.clone());
         tokio::spawn(async move {
