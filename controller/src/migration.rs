@@ -40,7 +40,8 @@ pub fn is_legacy(meta: &kube::api::ObjectMeta) -> bool {
 }
 
 /// Why the legacy configuration cannot be imported.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
 pub struct ImportError {
     /// The legacy field (dotted path in `connectivity-proxy-config.yml`).
     pub field: String,
@@ -74,6 +75,68 @@ fn replaceable(current: Option<&Value>, default: Option<&Value>) -> bool {
         Some(Value::String(s)) if names::is_auto_provision(Some(s)) => true,
         Some(v) => default == Some(v),
     }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// The first field (dotted path, empty for the whole file) where the legacy file (`sent`) is
+/// shaped differently from its typed round trip (`known`), with both shapes. serde reads a struct
+/// from a list too, so a list where spec.config has a mapping passes the typed parse; it must not
+/// reach the CR (the API server refuses it) nor the merge below.
+fn shape_mismatch(
+    sent: &Value,
+    known: &Value,
+    path: &str,
+) -> Option<(String, &'static str, &'static str)> {
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match (sent, known) {
+        (Value::Null, _) => None,
+        (Value::Object(s), Value::Object(k)) => s
+            .iter()
+            .find_map(|(key, v)| k.get(key).and_then(|kv| shape_mismatch(v, kv, &join(key)))),
+        (Value::Array(s), Value::Array(k)) => s
+            .iter()
+            .zip(k)
+            .enumerate()
+            .find_map(|(i, (a, b))| shape_mismatch(a, b, &format!("{path}[{i}]"))),
+        (s, k) if std::mem::discriminant(s) != std::mem::discriminant(k) => {
+            Some((path.to_string(), kind_of(s), kind_of(k)))
+        }
+        _ => None,
+    }
+}
+
+/// Sets `value` at the object path `keys`, creating missing (or null) mappings on the way; `None`
+/// when something on the way is not a mapping.
+fn set_path(target: &mut Value, keys: &[&str], value: Value) -> Option<()> {
+    let (last, parents) = keys.split_last()?;
+    let mut node = target;
+    for key in parents {
+        if node.is_null() {
+            *node = json!({});
+        }
+        node = node.as_object_mut()?.entry(*key).or_insert(Value::Null);
+    }
+    if node.is_null() {
+        *node = json!({});
+    }
+    node.as_object_mut()?.insert((*last).to_string(), value);
+    Some(())
 }
 
 fn merge(
@@ -123,7 +186,23 @@ pub fn import(
             field: names::CONFIGMAP_CONFIG_KEY.into(),
             message: format!("does not fit spec.config: {e}"),
         })?;
-    let back = serde_json::to_value(&typed).unwrap_or(Value::Null);
+    let back = serde_json::to_value(&typed).map_err(|e| ImportError {
+        field: names::CONFIGMAP_CONFIG_KEY.into(),
+        message: format!("cannot be represented as spec.config: {e}"),
+    })?;
+    if let Some((field, sent, expected)) = shape_mismatch(&legacy, &back, "") {
+        let field = if field.is_empty() {
+            names::CONFIGMAP_CONFIG_KEY.to_string()
+        } else {
+            field
+        };
+        return Err(ImportError {
+            message: format!(
+                "the legacy configuration has {sent} at {field}, where spec.config expects {expected}; fix it in ConfigMap connectivity-proxy"
+            ),
+            field,
+        });
+    }
     if let Some(field) = cp_api::validation::unknown_fields(&legacy, &back, "")
         .into_iter()
         .next()
@@ -142,11 +221,22 @@ pub fn import(
         ("onpremise_socks5_proxy_port", "socks5"),
     ] {
         if let Some(port) = info.get(key) {
-            let port: i64 = port.trim().parse().map_err(|_| ImportError {
-                field: format!("{}.{key}", names::CONFIGMAP_INFO),
-                message: format!("{port:?} is not a port number"),
-            })?;
-            legacy["servers"]["proxy"][proxy]["port"] = json!(port);
+            let field = format!("{}.{key}", names::CONFIGMAP_INFO);
+            // The CRD's port range: anything else would make the CR patch fail on every retry.
+            let Some(port) = port.trim().parse::<u16>().ok().filter(|p| *p > 0) else {
+                return Err(ImportError {
+                    field,
+                    message: format!("{port:?} is not a port number from 1 to 65535"),
+                });
+            };
+            set_path(&mut legacy, &["servers", "proxy", proxy, "port"], json!(port)).ok_or_else(
+                || ImportError {
+                    field,
+                    message: format!(
+                        "cannot be set as servers.proxy.{proxy}.port: the legacy configuration's servers.proxy.{proxy} is not a mapping"
+                    ),
+                },
+            )?;
         }
     }
     let mut out = config.clone();
@@ -586,6 +676,90 @@ mod tests {
         assert_eq!(
             out["servers"]["businessDataTunnel"]["externalHost"],
             "mine.example.com"
+        );
+    }
+
+    fn info(key: &str, port: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([(key.to_string(), port.to_string())])
+    }
+
+    /// serde reads a struct from a list, so a list where spec.config has a mapping passed the typed
+    /// check, and setting an info port into it panicked ("cannot access key ... in JSON array").
+    /// Seen while writing the fuzz/ legacy_import target; these inputs crashed it.
+    #[test]
+    fn fuzz_regression_list_in_place_of_a_mapping_is_refused_not_a_panic() {
+        let cases = [
+            (
+                "servers:\n  businessDataTunnel:\n    externalHost: x\n  proxy: []\n",
+                "onpremise_proxy_http_port",
+                "servers.proxy",
+            ),
+            (
+                "servers:\n  businessDataTunnel:\n    externalHost: x\n  proxy:\n    socks5: []\n",
+                "onpremise_socks5_proxy_port",
+                "servers.proxy.socks5",
+            ),
+            (
+                "[null, null, null, {businessDataTunnel: {externalHost: x}}]\n",
+                "onpremise_proxy_rfc_port",
+                names::CONFIGMAP_CONFIG_KEY,
+            ),
+        ];
+        for (legacy, key, field) in cases {
+            let err = import(&default_config(), legacy, &info(key, "20001"))
+                .expect_err("a list is not a mapping");
+            assert_eq!(err.field, field, "{legacy}");
+            assert!(err.message.contains("a list"), "{err}");
+        }
+    }
+
+    /// Found by the fuzz/ legacy_import target (minimised crash input): without info ports nothing
+    /// panicked, but the lists were copied into the CR's spec.config (which the API server refuses
+    /// on every retry), and the unknown-field check never looked inside them.
+    #[test]
+    fn fuzz_regression_list_is_never_imported_into_the_cr() {
+        let legacy = "integration:\n-\nservers:\n- - b\n";
+        let err = import(&default_config(), legacy, &BTreeMap::new()).expect_err("refused");
+        assert_eq!(err.field, "integration");
+        let legacy =
+            "servers:\n  businessDataTunnel:\n    externalHost: x\nintegration: [{bogus: 1}]\n";
+        let err = import(&default_config(), legacy, &BTreeMap::new()).expect_err("refused");
+        assert_eq!(err.field, "integration");
+    }
+
+    /// An info port was parsed as i64 and imported as is, so `2002147483648` produced a spec.config
+    /// that no longer parses (ports are i32, 1-65535 in the CRD). Seen while writing the fuzz/
+    /// legacy_import target; this input crashed it.
+    #[test]
+    fn fuzz_regression_info_port_outside_the_port_range_is_refused() {
+        for bad in ["2002147483648", "70000", "0", "-1", "20003x", ""] {
+            let err = import(
+                &default_config(),
+                LEGACY,
+                &info("onpremise_proxy_http_port", bad),
+            )
+            .expect_err(bad);
+            assert_eq!(
+                err.field,
+                "connectivity-proxy-info.onpremise_proxy_http_port"
+            );
+            assert!(err.message.contains("1 to 65535"), "{err}");
+        }
+        let (cfg, _) = import(
+            &default_config(),
+            LEGACY,
+            &info("onpremise_proxy_http_port", " 65535 "),
+        )
+        .expect("in range");
+        assert_eq!(cfg["servers"]["proxy"]["http"]["port"], 65535);
+        let parsed: cp_api::cp::Config = serde_json::from_value(cfg).expect("a valid spec.config");
+        assert_eq!(
+            parsed
+                .servers
+                .proxy
+                .and_then(|p| p.http)
+                .and_then(|h| h.port),
+            Some(65535)
         );
     }
 
