@@ -313,9 +313,12 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store::<K>();
-    let stream = reflector::reflector(writer, watcher(api, cfg))
-        .default_backoff()
-        .touched_objects();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, cfg).modify(|o| cp_api::slim_for_cache(o.meta_mut())),
+    )
+    .default_backoff()
+    .touched_objects();
     (store, stream)
 }
 

@@ -29,7 +29,8 @@ impl Caches {
             watcher(
                 Api::<ServiceMapping>::all(client.clone()),
                 watcher::Config::default(),
-            ),
+            )
+            .modify(|m| cp_api::slim_for_cache(&mut m.metadata)),
         )
         .default_backoff()
         .touched_objects();
@@ -38,7 +39,8 @@ impl Caches {
             watcher(
                 Api::<ConnectivityProxy>::all(client),
                 watcher::Config::default(),
-            ),
+            )
+            .modify(|p| cp_api::slim_for_cache(&mut p.metadata)),
         )
         .default_backoff()
         .touched_objects();

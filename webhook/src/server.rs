@@ -119,7 +119,13 @@ async fn handle(endpoint: Endpoint, State(state): State<AppState>, body: Bytes) 
         reason = %resp.result.message,
         "admission decision"
     );
-    axum::Json(resp.into_review()).into_response()
+    match admission::encode_response(resp) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "encoding the admission response failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+        }
+    }
 }
 
 /// Serves `router` over TLS on `listener` until the process ends.

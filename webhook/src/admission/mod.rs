@@ -333,3 +333,41 @@ pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
 
 #[cfg(test)]
 mod tests;
+
+/// The AdmissionReview answer as JSON, with the patch base64-encoded as the API defines a `[]byte`.
+/// (kube-core writes `patch` as an array of numbers: the API server accepts that, but it is about four
+/// times larger on the wire and to encode.)
+pub fn encode_response(mut resp: AdmissionResponse) -> Result<Vec<u8>, serde_json::Error> {
+    use base64::Engine;
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Review<'a> {
+        api_version: &'a str,
+        kind: &'a str,
+        response: Response<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct Response<'a> {
+        #[serde(flatten)]
+        inner: &'a AdmissionResponse,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        patch: Option<String>,
+    }
+    let patch = resp
+        .patch
+        .take()
+        .map(|p| base64::engine::general_purpose::STANDARD.encode(p));
+    let api_version = if resp.types.api_version.is_empty() {
+        "admission.k8s.io/v1".to_string()
+    } else {
+        resp.types.api_version.clone()
+    };
+    serde_json::to_vec(&Review {
+        api_version: &api_version,
+        kind: "AdmissionReview",
+        response: Response {
+            inner: &resp,
+            patch,
+        },
+    })
+}

@@ -314,3 +314,31 @@ fn bad_input_is_rejected_without_panic() {
         Decision::Denied
     );
 }
+
+#[test]
+fn the_answer_carries_the_patch_base64_encoded_and_everything_else_as_kube_writes_it() {
+    use base64::Engine;
+    let body = review_body("ConnectivityProxy", "CREATE", "alice", default_cr(), None);
+    let (resp, _) = run(Endpoint::Mutate, &body, Facts::default());
+    let raw_patch = resp.patch.clone().expect("a patch");
+    let ours: Value =
+        serde_json::from_slice(&encode_response(resp.clone()).expect("encodes")).expect("json");
+    let kubes = serde_json::to_value(resp.into_review()).expect("json");
+    assert_eq!(ours["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(ours["kind"], "AdmissionReview");
+    let encoded = ours["response"]["patch"].as_str().expect("a base64 string");
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .expect("base64"),
+        raw_patch
+    );
+    let strip = |mut v: Value| {
+        v["response"]
+            .as_object_mut()
+            .expect("response")
+            .remove("patch");
+        v
+    };
+    assert_eq!(strip(ours), strip(kubes));
+}

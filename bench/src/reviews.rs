@@ -1,0 +1,70 @@
+//! The realistic AdmissionReviews every webhook under test answers: the module's default CR.
+
+use serde_json::{Value, json};
+
+/// The module's default CR (`manifests/default-cr.yaml`) as JSON.
+pub fn default_cr() -> anyhow::Result<Value> {
+    let path = cp_tests::workspace_root().join("manifests/default-cr.yaml");
+    let text = std::fs::read_to_string(&path)?;
+    let mut cr: Value = serde_yaml::from_str(&text)?;
+    cr["metadata"]["uid"] = json!("0d7c1f1e-4a55-4cf2-9c3a-6a1b2b4c5d6e");
+    cr["metadata"]["creationTimestamp"] = json!("2026-11-01T00:00:00Z");
+    Ok(cr)
+}
+
+/// The default CR with `spec.deployment` defaulted, as stored after admission.
+pub fn defaulted_cr() -> anyhow::Result<Value> {
+    let mut cr = default_cr()?;
+    cr["spec"]["deployment"] = cp_api::defaults::deployment_defaults_value().clone();
+    Ok(cr)
+}
+
+fn review(operation: &str, object: Value, old: Option<Value>) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "connectivityproxy.sap.com", "version": "v1", "kind": "ConnectivityProxy"},
+            "resource": {"group": "connectivityproxy.sap.com", "version": "v1", "resource": "connectivityproxies"},
+            "requestKind": {"group": "connectivityproxy.sap.com", "version": "v1", "kind": "ConnectivityProxy"},
+            "requestResource": {"group": "connectivityproxy.sap.com", "version": "v1", "resource": "connectivityproxies"},
+            "name": "connectivity-proxy",
+            "namespace": "kyma-system",
+            "operation": operation,
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": object,
+            "oldObject": old,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": if operation == "CREATE" { "CreateOptions" } else { "UpdateOptions" }},
+        }
+    })
+}
+
+/// `/mutate`: a user creates the default CR without `spec.deployment`; the answer is a JSON patch
+/// adding the defaults.
+pub fn mutate_create() -> anyhow::Result<Vec<u8>> {
+    Ok(serde_json::to_vec(&review("CREATE", default_cr()?, None))?)
+}
+
+/// `/validate`: a user updates the defaulted CR (a label) without touching `spec.deployment`; the
+/// answer is allowed after the protected-field check and the rest of the validation.
+pub fn validate_update() -> anyhow::Result<Vec<u8>> {
+    let old = defaulted_cr()?;
+    let mut new = old.clone();
+    new["metadata"]["labels"] = json!({"team": "integration"});
+    Ok(serde_json::to_vec(&review("UPDATE", new, Some(old)))?)
+}
+
+/// The fixed answer of the TLS ceiling server: an allowed AdmissionReview response the size of a
+/// real `/mutate` answer.
+pub fn fixed_response() -> anyhow::Result<Vec<u8>> {
+    use base64::Engine;
+    let patch = json!([{"op": "add", "path": "/spec/deployment", "value": cp_api::defaults::deployment_defaults_value()}]);
+    let patch = base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&patch)?);
+    Ok(serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": true, "patchType": "JSONPatch", "patch": patch}
+    }))?)
+}
