@@ -273,31 +273,45 @@ pub fn unknown_fields(
     known: &serde_json::Value,
     path: &str,
 ) -> Vec<String> {
-    use serde_json::Value;
-    let join = |key: &str| {
-        if path.is_empty() {
-            key.to_string()
-        } else {
-            format!("{path}.{key}")
+    // One path buffer, extended and truncated while walking: nothing is allocated for the (usual)
+    // fields that are known.
+    fn walk(
+        sent: &serde_json::Value,
+        known: &serde_json::Value,
+        path: &mut String,
+        out: &mut Vec<String>,
+    ) {
+        use serde_json::Value;
+        match (sent, known) {
+            (Value::Object(s), Value::Object(k)) => {
+                for (key, v) in s {
+                    let len = path.len();
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(key);
+                    match k.get(key) {
+                        None if !v.is_null() => out.push(path.clone()),
+                        None => {}
+                        Some(kv) => walk(v, kv, path, out),
+                    }
+                    path.truncate(len);
+                }
+            }
+            (Value::Array(s), Value::Array(k)) => {
+                for (i, (a, b)) in s.iter().zip(k).enumerate() {
+                    let len = path.len();
+                    let _ = std::fmt::Write::write_fmt(path, format_args!("[{i}]"));
+                    walk(a, b, path, out);
+                    path.truncate(len);
+                }
+            }
+            _ => {}
         }
-    };
-    match (sent, known) {
-        (Value::Object(s), Value::Object(k)) => s
-            .iter()
-            .flat_map(|(key, v)| match k.get(key) {
-                None if !v.is_null() => vec![join(key)],
-                None => vec![],
-                Some(kv) => unknown_fields(v, kv, &join(key)),
-            })
-            .collect(),
-        (Value::Array(s), Value::Array(k)) => s
-            .iter()
-            .zip(k)
-            .enumerate()
-            .flat_map(|(i, (a, b))| unknown_fields(a, b, &format!("{path}[{i}]")))
-            .collect(),
-        _ => vec![],
     }
+    let mut out = Vec::new();
+    walk(sent, known, &mut path.to_string(), &mut out);
+    out
 }
 
 /// Parses `host:port` (IPv6 in brackets), port 1..=65535.

@@ -189,3 +189,18 @@ fn mapping_rules() {
         .is_err()
     );
 }
+
+#[test]
+fn unknown_fields_names_every_dropped_field_with_its_path() {
+    use serde_json::json;
+    let sent = json!({"a": {"b": 1, "x": 2, "n": null}, "l": [{"c": 1, "y": 3}], "z": true});
+    let known = json!({"a": {"b": 1}, "l": [{"c": 1}]});
+    let mut got = crate::validation::unknown_fields(&sent, &known, "spec");
+    got.sort();
+    assert_eq!(got, vec!["spec.a.x", "spec.l[0].y", "spec.z"]);
+    assert_eq!(
+        crate::validation::unknown_fields(&sent, &known, ""),
+        vec!["a.x", "l[0].y", "z"]
+    );
+    assert!(crate::validation::unknown_fields(&known, &known, "spec").is_empty());
+}

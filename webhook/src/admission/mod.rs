@@ -5,7 +5,7 @@
 
 use cp_api::policy::{PrivilegedIdentities, changed_paths};
 use cp_api::validation::{ClusterFacts, FieldError, join, unknown_fields, validate_mapping};
-use cp_api::{ConnectivityProxy, ServiceMapping, defaults, names};
+use cp_api::{ConnectivityProxySpec, ServiceMapping, ServiceMappingSpec, defaults, names};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::response::StatusSummary;
@@ -176,8 +176,8 @@ fn invalid(message: String) -> Denial {
     (422, "Invalid", message)
 }
 
-/// The object as JSON, with a clear denial when it is missing.
-fn object_json(obj: Option<&DynamicObject>, which: &str) -> Result<Value, Denial> {
+/// The object's `spec`, borrowed from the request (no copy).
+fn spec_json<'a>(obj: Option<&'a DynamicObject>, which: &str) -> Result<&'a Value, Denial> {
     let obj = obj.ok_or_else(|| {
         (
             400,
@@ -185,29 +185,22 @@ fn object_json(obj: Option<&DynamicObject>, which: &str) -> Result<Value, Denial
             format!("AdmissionRequest has no {which}"),
         )
     })?;
-    serde_json::to_value(obj).map_err(|e| {
-        (
-            400,
-            "BadRequest",
-            format!("{which} is not serialisable: {e}"),
-        )
-    })
+    obj.data
+        .get("spec")
+        .filter(|s| s.is_object())
+        .ok_or_else(|| invalid(format!("{which} has no spec")))
 }
 
-/// Parses the object into the typed resource and refuses fields the type does not know (the API
-/// server prunes those, so they only come from a direct caller).
-fn typed<K: serde::de::DeserializeOwned + serde::Serialize>(
-    value: &Value,
+/// Parses a `spec` into its typed form and refuses fields the type does not know (the API server
+/// prunes unknown fields, so an unknown field here means a request that bypassed it or a schema
+/// mismatch). Deserialises from the borrowed JSON; only the spec is serialised back to compare.
+fn typed_spec<S: serde::de::DeserializeOwned + serde::Serialize>(
+    spec: &Value,
     which: &str,
-) -> Result<K, Denial> {
-    let parsed: K =
-        serde_json::from_value(value.clone()).map_err(|e| invalid(format!("{which}: {e}")))?;
+) -> Result<S, Denial> {
+    let parsed = S::deserialize(spec).map_err(|e| invalid(format!("{which}: spec: {e}")))?;
     let back = serde_json::to_value(&parsed).map_err(|e| invalid(format!("{which}: {e}")))?;
-    let unknown = unknown_fields(
-        value.get("spec").unwrap_or(&Value::Null),
-        back.get("spec").unwrap_or(&Value::Null),
-        "spec",
-    );
+    let unknown = unknown_fields(spec, &back, "spec");
     if !unknown.is_empty() {
         return Err(invalid(format!(
             "{which} has unknown fields: {}",
@@ -220,49 +213,66 @@ fn typed<K: serde::de::DeserializeOwned + serde::Serialize>(
 /// The JSON patch that fills missing `spec.deployment` fields with this release's defaults, or
 /// `None` when nothing is missing (an already-defaulted object gets no patch).
 pub fn mutate(req: &Request) -> Result<Option<json_patch::Patch>, Denial> {
-    let original = object_json(req.object.as_ref(), "object")?;
-    if !original.get("spec").is_some_and(Value::is_object) {
-        return Err(invalid("object has no spec".into()));
-    }
-    let mut mutated = original.clone();
+    use json_patch::jsonptr::PointerBuf;
+    use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
+    let spec = spec_json(req.object.as_ref(), "object")?;
     let defaults = defaults::deployment_defaults_value();
-    let changed = match mutated.pointer_mut("/spec/deployment") {
-        Some(current) if !current.is_null() => defaults::fill_missing(current, defaults),
-        _ => {
-            if let Some(spec) = mutated.get_mut("spec").and_then(Value::as_object_mut) {
-                spec.insert("deployment".into(), defaults.clone());
+    let path = || PointerBuf::from_tokens(["spec", "deployment"]);
+    match spec.get("deployment") {
+        // The usual create: one operation with the whole defaults, no diffing.
+        None => Ok(Some(json_patch::Patch(vec![PatchOperation::Add(
+            AddOperation {
+                path: path(),
+                value: defaults.clone(),
+            },
+        )]))),
+        Some(Value::Null) => Ok(Some(json_patch::Patch(vec![PatchOperation::Replace(
+            ReplaceOperation {
+                path: path(),
+                value: defaults.clone(),
+            },
+        )]))),
+        Some(current) => {
+            let mut filled = current.clone();
+            if !defaults::fill_missing(&mut filled, defaults) {
+                // The usual update: everything is set already.
+                return Ok(None);
             }
-            true
+            let wrap = |d: Value| serde_json::json!({"spec": {"deployment": d}});
+            Ok(Some(json_patch::diff(
+                &wrap(current.clone()),
+                &wrap(filled),
+            )))
         }
-    };
-    Ok(changed.then(|| json_patch::diff(&original, &mutated)))
+    }
 }
 
-fn deployment_of(v: &Value) -> Value {
-    v.pointer("/spec/deployment")
-        .cloned()
-        .unwrap_or(Value::Null)
+fn deployment_of(spec: &Value) -> &Value {
+    spec.get("deployment").unwrap_or(&Value::Null)
 }
 
 /// Validates a ConnectivityProxy: protected fields, then every cross-field rule.
 pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<(), Denial> {
-    let new_json = object_json(req.object.as_ref(), "object")?;
-    let new: ConnectivityProxy = typed(&new_json, "object")?;
+    let new_json = spec_json(req.object.as_ref(), "object")?;
+    let new: ConnectivityProxySpec = typed_spec(new_json, "object")?;
     let (old, old_json) = match req.operation {
         Operation::Update => {
-            let j = object_json(req.old_object.as_ref(), "oldObject")?;
-            (Some(typed::<ConnectivityProxy>(&j, "oldObject")?), Some(j))
+            let j = spec_json(req.old_object.as_ref(), "oldObject")?;
+            (
+                Some(typed_spec::<ConnectivityProxySpec>(j, "oldObject")?),
+                Some(j),
+            )
         }
         _ => (None, None),
     };
     let user = req.user_info.username.clone().unwrap_or_default();
     let groups = req.user_info.groups.clone().unwrap_or_default();
     if !policy.privileged.allows(&user, &groups) {
-        let before = match &old_json {
+        let before = match old_json {
             Some(o) => deployment_of(o),
-            None => defaults::deployment_defaults_json(),
+            None => defaults::deployment_defaults_value(),
         };
-        let changed = changed_paths(&before, &deployment_of(&new_json));
+        let changed = changed_paths(before, deployment_of(new_json));
         if !changed.is_empty() {
             return Err((
                 403,
@@ -283,7 +293,7 @@ pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<(), 
             .filter_map(|m| m.metadata.name.clone())
             .collect(),
     };
-    let errors: Vec<FieldError> = new.spec.validate(old.as_ref().map(|o| &o.spec), &cluster);
+    let errors: Vec<FieldError> = new.validate(old.as_ref(), &cluster);
     if errors.is_empty() {
         Ok(())
     } else {
@@ -297,14 +307,13 @@ pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<(), 
 
 /// Validates a ServiceMapping: its fields and the uniqueness of (type, subaccountId, serviceId).
 pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
-    let json = object_json(req.object.as_ref(), "object")?;
-    let mapping: ServiceMapping = typed(&json, "object")?;
-    let mut errors = validate_mapping(&mapping.spec, facts.shared_tenant);
-    let key = cp_api::mapping::mapping_key(&mapping.spec);
-    let name = mapping
-        .metadata
-        .name
-        .clone()
+    let spec: ServiceMappingSpec = typed_spec(spec_json(req.object.as_ref(), "object")?, "object")?;
+    let mut errors = validate_mapping(&spec, facts.shared_tenant);
+    let key = cp_api::mapping::mapping_key(&spec);
+    let name = req
+        .object
+        .as_ref()
+        .and_then(|o| o.metadata.name.clone())
         .unwrap_or_else(|| req.name.clone());
     if let Some(other) = facts.service_mappings.iter().find(|m| {
         m.metadata.name.as_deref() != Some(name.as_str())
