@@ -27,46 +27,62 @@ pub fn endpoint(m: &ServiceMapping, resolved: &Resolved, port: i32) -> String {
     )
 }
 
-/// Labels a mapping as taken over and writes its endpoint, each only when it differs.
-/// Returns how many writes it made.
+/// How many mapping writes run at once: adoption of thousands of mappings is bound by round trips.
+const PARALLEL_WRITES: usize = 16;
+
+/// Labels a mapping as taken over and writes its endpoint, each only when it differs, up to
+/// [`PARALLEL_WRITES`] mappings at a time. Returns how many writes it made.
 pub async fn reconcile_mappings(
     client: &Client,
     mappings: &[Arc<ServiceMapping>],
     resolved: &Resolved,
     port: i32,
 ) -> Result<usize, Error> {
+    use futures::TryStreamExt;
     let api: Api<ServiceMapping> = Api::all(client.clone());
     let pp = PatchParams::apply(names::FIELD_MANAGER).force();
+    futures::stream::iter(mappings.iter().map(Ok))
+        .map_ok(|m| reconcile_one(&api, &pp, m, resolved, port))
+        .try_buffer_unordered(PARALLEL_WRITES)
+        .try_fold(0, |sum, n| async move { Ok(sum + n) })
+        .await
+}
+
+async fn reconcile_one(
+    api: &Api<ServiceMapping>,
+    pp: &PatchParams,
+    m: &ServiceMapping,
+    resolved: &Resolved,
+    port: i32,
+) -> Result<usize, Error> {
     let mut writes = 0;
-    for m in mappings {
-        let name = m.name_any();
-        let labelled = m.labels().get(names::LABEL_MODULE).map(String::as_str)
-            == Some(names::MODULE_VALUE)
-            && m.annotations().contains_key(ADOPTED_ANNOTATION);
-        if !labelled {
-            // Only metadata: the spec stays the user's.
-            let body = json!({
-                "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
-                "metadata": {"name": name,
-                    "labels": {names::LABEL_MODULE: names::MODULE_VALUE},
-                    "annotations": {ADOPTED_ANNOTATION: names::MANAGED_BY_VALUE}},
-            });
-            api.patch(&name, &pp, &Patch::Apply(&body))
-                .await
-                .map_err(|e| Error::kube(format!("taking over ServiceMapping {name}"), e))?;
-            writes += 1;
-        }
-        let want = endpoint(m, resolved, port);
-        if m.status.as_ref().and_then(|s| s.endpoint.as_deref()) != Some(want.as_str()) {
-            let body = json!({"apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
-                "metadata": {"name": name}, "status": {"endpoint": want}});
-            api.patch_status(&name, &pp, &Patch::Apply(&body))
-                .await
-                .map_err(|e| {
-                    Error::kube(format!("writing the endpoint of ServiceMapping {name}"), e)
-                })?;
-            writes += 1;
-        }
+    let name = m.name_any();
+    let labelled = m.labels().get(names::LABEL_MODULE).map(String::as_str)
+        == Some(names::MODULE_VALUE)
+        && m.annotations().contains_key(ADOPTED_ANNOTATION);
+    if !labelled {
+        // Only metadata: the spec stays the user's.
+        let body = json!({
+            "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+            "metadata": {"name": name,
+                "labels": {names::LABEL_MODULE: names::MODULE_VALUE},
+                "annotations": {ADOPTED_ANNOTATION: names::MANAGED_BY_VALUE}},
+        });
+        api.patch(&name, pp, &Patch::Apply(&body))
+            .await
+            .map_err(|e| Error::kube(format!("taking over ServiceMapping {name}"), e))?;
+        writes += 1;
+    }
+    let want = endpoint(m, resolved, port);
+    if m.status.as_ref().and_then(|s| s.endpoint.as_deref()) != Some(want.as_str()) {
+        let body = json!({"apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+            "metadata": {"name": name}, "status": {"endpoint": want}});
+        api.patch_status(&name, pp, &Patch::Apply(&body))
+            .await
+            .map_err(|e| {
+                Error::kube(format!("writing the endpoint of ServiceMapping {name}"), e)
+            })?;
+        writes += 1;
     }
     Ok(writes)
 }

@@ -9,6 +9,7 @@ use cp_api::{ConnectivityProxySpec, ServiceMapping, ServiceMappingSpec, defaults
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::response::StatusSummary;
+use serde::Deserialize;
 use serde_json::Value;
 
 /// The request of a decoded AdmissionReview.
@@ -258,10 +259,10 @@ pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<(), 
     let (old, old_json) = match req.operation {
         Operation::Update => {
             let j = spec_json(req.old_object.as_ref(), "oldObject")?;
-            (
-                Some(typed_spec::<ConnectivityProxySpec>(j, "oldObject")?),
-                Some(j),
-            )
+            // The stored object was admitted before: parse it, no unknown-field round trip.
+            let old = ConnectivityProxySpec::deserialize(j)
+                .map_err(|e| invalid(format!("oldObject: spec: {e}")))?;
+            (Some(old), Some(j))
         }
         _ => (None, None),
     };
