@@ -38,14 +38,19 @@ pub async fn reconcile_mappings(
     resolved: &Resolved,
     port: i32,
 ) -> Result<usize, Error> {
-    use futures::TryStreamExt;
+    use futures::StreamExt;
     let api: Api<ServiceMapping> = Api::all(client.clone());
     let pp = PatchParams::apply(names::FIELD_MANAGER).force();
-    futures::stream::iter(mappings.iter().map(Ok))
-        .map_ok(|m| reconcile_one(&api, &pp, m, resolved, port))
-        .try_buffer_unordered(PARALLEL_WRITES)
-        .try_fold(0, |sum, n| async move { Ok(sum + n) })
-        .await
+    let results: Vec<Result<usize, Error>> = futures::stream::iter(mappings.iter().cloned())
+        .map(|m| {
+            let (api, pp) = (api.clone(), pp.clone());
+            let resolved = resolved.clone();
+            async move { reconcile_one(&api, &pp, &m, &resolved, port).await }
+        })
+        .buffer_unordered(PARALLEL_WRITES)
+        .collect()
+        .await;
+    results.into_iter().sum()
 }
 
 async fn reconcile_one(
