@@ -30,7 +30,14 @@ impl Caches {
                 Api::<ServiceMapping>::all(client.clone()),
                 watcher::Config::default(),
             )
-            .modify(|m| cp_api::slim_for_cache(&mut m.metadata)),
+            // Admission reads a cached mapping's name and spec only: keep nothing else.
+            .modify(|m| {
+                m.metadata = kube::api::ObjectMeta {
+                    name: m.metadata.name.take(),
+                    ..Default::default()
+                };
+                m.status = None;
+            }),
         )
         .default_backoff()
         .touched_objects();
