@@ -10,7 +10,7 @@ mod common;
 #[path = "../legacy/mod.rs"]
 mod legacy;
 #[allow(dead_code)]
-#[path = "../restart_support.rs"]
+#[path = "../restart/mod.rs"]
 mod restart_support;
 #[allow(dead_code)]
 #[path = "../controller/support.rs"]

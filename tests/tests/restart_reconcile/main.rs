@@ -8,7 +8,7 @@
 #[path = "../e2e/common.rs"]
 mod common;
 #[allow(dead_code)]
-#[path = "../restart_support.rs"]
+#[path = "../restart/mod.rs"]
 mod restart_support;
 #[allow(dead_code)]
 #[path = "../controller/support.rs"]
