@@ -282,16 +282,8 @@ async fn changes_propagate_and_drift_is_repaired() {
     wait_all_exist(admin).await;
     make_ready(admin, NS, "connectivity-proxy").await;
 
-    let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
-    let edit = json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": 20555}}}}}});
     let start = Instant::now();
-    crs.patch(
-        "connectivity-proxy",
-        &PatchParams::default(),
-        &Patch::Merge(&edit),
-    )
-    .await
-    .expect("edit");
+    set_http_port(admin, NS, "connectivity-proxy", 20555).await;
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), NS);
     let svcs: Api<Service> = Api::namespaced(admin.clone(), NS);
     cp_tests::wait::until(

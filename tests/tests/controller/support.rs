@@ -257,3 +257,54 @@ pub async fn play_until_ready(admin: &Client, ns: &str, cr: &str) {
     .await
     .expect("Ready");
 }
+
+/// A user's edit of `spec.config.servers.proxy.http.port` (a merge patch).
+pub async fn set_http_port(admin: &Client, ns: &str, cr: &str, port: i64) {
+    let edit = json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": port}}}}}});
+    Api::<ConnectivityProxy>::namespaced(admin.clone(), ns)
+        .patch(cr, &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .expect("edit spec.config.servers.proxy.http.port");
+}
+
+/// Waits until ConfigMap `connectivity-proxy-info` publishes `port`; while it does not, says which
+/// port and generation the CR holds and which generation the controller observed.
+#[allow(dead_code)] // the reliability and restart tests use it
+pub async fn wait_info_port(
+    admin: &Client,
+    ns: &str,
+    cr: &str,
+    port: i64,
+    what: &str,
+    within: Duration,
+) {
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+    let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), ns);
+    cp_tests::wait::until(what, within, || {
+        let (cms, crs) = (cms.clone(), crs.clone());
+        async move {
+            let info = cms
+                .get("connectivity-proxy-info")
+                .await
+                .map_err(|e| e.to_string())?;
+            let got = info
+                .data
+                .and_then(|d| d.get("onpremise_proxy_http_port").cloned())
+                .unwrap_or_default();
+            if got == port.to_string() {
+                return Ok(Some(()));
+            }
+            let c = crs.get(cr).await.map_err(|e| e.to_string())?;
+            let spec_port = serde_json::to_value(&c.spec).unwrap_or_default()["config"]["servers"]
+                ["proxy"]["http"]["port"]
+                .clone();
+            Err(format!(
+                "onpremise_proxy_http_port is {got:?}; the CR (generation {:?}, observed {:?}) has port {spec_port}",
+                c.metadata.generation,
+                c.status.and_then(|s| s.observed_generation)
+            ))
+        }
+    })
+    .await
+    .expect(what);
+}

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use cp_api::ConnectivityProxy;
 use cp_tests::controller::ControllerProcess;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 
 #[tokio::test]
 async fn legacy_install_is_taken_over_then_the_operator_is_upgraded() {
@@ -31,15 +31,7 @@ async fn legacy_install_is_taken_over_then_the_operator_is_upgraded() {
 
     // A user edits spec.config; then the operator is upgraded (restarted with newer defaults).
     let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), legacy::NS);
-    let edit =
-        serde_json::json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": 20777}}}}}});
-    api.patch(
-        "connectivity-proxy",
-        &PatchParams::default(),
-        &Patch::Merge(&edit),
-    )
-    .await
-    .expect("user edit");
+    support::set_http_port(&admin, legacy::NS, "connectivity-proxy", 20777).await;
     cp.kill_process("controller-v1").expect("stop v1");
     ControllerProcess::start(
         &cp,

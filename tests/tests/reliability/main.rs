@@ -228,38 +228,16 @@ async fn two_controller_replicas_only_the_leader_reconciles_and_a_standby_takes_
         "failover took {failover:?}"
     );
     // The new leader reconciles changes.
-    let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), "kyma-system");
-    let edit = json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": 20999}}}}}});
-    crs.patch(
+    support::set_http_port(&admin, "kyma-system", "connectivity-proxy", 20999).await;
+    support::wait_info_port(
+        &admin,
+        "kyma-system",
         "connectivity-proxy",
-        &PatchParams::default(),
-        &Patch::Merge(&edit),
-    )
-    .await
-    .expect("edit");
-    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "kyma-system");
-    cp_tests::wait::until(
+        20999,
         "the new leader applies the edit",
         Duration::from_secs(10),
-        || {
-            let cms = cms.clone();
-            async move {
-                let info = cms
-                    .get("connectivity-proxy-info")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok((info
-                    .data
-                    .unwrap_or_default()
-                    .get("onpremise_proxy_http_port")
-                    .map(String::as_str)
-                    == Some("20999"))
-                .then_some(()))
-            }
-        },
     )
-    .await
-    .expect("reconciled by the new leader");
+    .await;
     // The edit rolled the StatefulSet: play the kubelets once more, then the new leader reports Ready.
     support::play_until_ready(&admin, "kyma-system", "connectivity-proxy").await;
 

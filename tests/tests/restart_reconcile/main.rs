@@ -18,8 +18,7 @@ use std::time::Duration;
 
 use cp_api::{ConnectivityProxy, ServiceMapping};
 use cp_tests::controller::ControllerProcess;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use serde_json::json;
 
 use support::NS;
@@ -61,57 +60,23 @@ async fn api_server_and_etcd_restarts_during_reconcile_lose_nothing() {
     assert_eq!(mappings_before.len(), MAPPINGS);
 
     let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
-    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), NS);
     for (round, component, port) in [(0, "kube-apiserver", 20551), (1, "etcd", 20552)] {
         let spec_before = crs.get("connectivity-proxy").await.expect("CR").spec;
-        let edit = json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": port}}}}}});
-        crs.patch(
-            "connectivity-proxy",
-            &PatchParams::default(),
-            &Patch::Merge(&edit),
-        )
-        .await
-        .expect("edit");
+        support::set_http_port(&admin, NS, "connectivity-proxy", port).await;
         let away = cp.restart(component).await.expect("restart");
         println!(
             "{component} SIGKILLed right after the edit; the API server was ready again after {away:?}"
         );
 
-        cp_tests::wait::until(
+        support::wait_info_port(
+            &admin,
+            NS,
+            "connectivity-proxy",
+            port,
             &format!("the edit after the {component} restart reaches the ConfigMap"),
             Duration::from_secs(60),
-            || {
-                let (cms, crs) = (cms.clone(), crs.clone());
-                async move {
-                    let info = cms
-                        .get("connectivity-proxy-info")
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let got = info
-                        .data
-                        .and_then(|d| d.get("onpremise_proxy_http_port").cloned())
-                        .unwrap_or_default();
-                    if got == port.to_string() {
-                        Ok(Some(()))
-                    } else {
-                        let cr = crs
-                            .get("connectivity-proxy")
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        let spec_port = serde_json::to_value(&cr.spec).unwrap_or_default()
-                            ["config"]["servers"]["proxy"]["http"]["port"]
-                            .clone();
-                        Err(format!(
-                            "onpremise_proxy_http_port is {got:?}; the CR (generation {:?}, observed {:?}) has port {spec_port}",
-                            cr.metadata.generation,
-                            cr.status.and_then(|s| s.observed_generation)
-                        ))
-                    }
-                }
-            },
         )
-        .await
-        .expect("edit applied");
+        .await;
         support::play_until_ready(&admin, NS, "connectivity-proxy").await;
 
         // No user field lost: the spec is the old one plus the edit.
