@@ -250,22 +250,38 @@ pub async fn create_default_cr(admin: &Client) {
         .expect("create CR");
 }
 
-/// Waits for the migration to finish, then plays the BTP operator and the kubelet until Ready.
-pub async fn finish(admin: &Client) {
+/// A step of the migration, told by the mark it leaves on the CR.
+pub type Step = (&'static str, fn(&ConnectivityProxy) -> bool);
+
+/// The migration's steps in order.
+pub const STEPS: [Step; 3] = [
+    ("migration started", |cr| {
+        cr.annotations()
+            .contains_key(cp_controller::migration::MIGRATION_ANNOTATION)
+    }),
+    ("configuration imported", |cr| {
+        cr.annotations()
+            .contains_key(cp_controller::migration::IMPORTED_ANNOTATION)
+    }),
+    ("migration done", |cr| {
+        cr.annotations()
+            .get(cp_controller::migration::MIGRATION_ANNOTATION)
+            .map(String::as_str)
+            == Some("done")
+    }),
+];
+
+/// Waits until the CR carries the mark of `step`; while it does not, shows the CR's status.
+pub async fn wait_step(admin: &Client, (what, reached): Step, within: Duration) {
     let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
-    cp_tests::wait::until("the migration is done", Duration::from_secs(30), || {
+    cp_tests::wait::until(what, within, || {
         let api = api.clone();
         async move {
             let cr = api
                 .get("connectivity-proxy")
                 .await
                 .map_err(|e| e.to_string())?;
-            let done = cr
-                .annotations()
-                .get("connectivityproxy.sap.com/legacy-migration")
-                .map(String::as_str)
-                == Some("done");
-            if done {
+            if reached(&cr) {
                 Ok(Some(()))
             } else {
                 Err(format!("{:?}", cr.status.and_then(|s| s.description)))
@@ -273,6 +289,11 @@ pub async fn finish(admin: &Client) {
         }
     })
     .await
-    .expect("migrated");
+    .expect(what);
+}
+
+/// Waits for the migration to finish, then plays the BTP operator and the kubelet until Ready.
+pub async fn finish(admin: &Client) {
+    wait_step(admin, STEPS[2], Duration::from_secs(30)).await;
     crate::support::make_ready(admin, NS, "connectivity-proxy").await;
 }

@@ -18,10 +18,7 @@ mod support;
 
 use std::time::Duration;
 
-use cp_api::ConnectivityProxy;
 use cp_tests::controller::ControllerProcess;
-use kube::ResourceExt;
-use kube::api::Api;
 
 #[tokio::test]
 async fn api_server_and_etcd_restarts_during_a_legacy_migration_lose_nothing() {
@@ -42,34 +39,15 @@ async fn api_server_and_etcd_restarts_during_a_legacy_migration_lose_nothing() {
     .expect("controller");
     legacy::create_default_cr(&admin).await;
 
-    let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), legacy::NS);
-    type Mark = fn(&ConnectivityProxy) -> bool;
-    let faults: [(&str, &str, Mark); 2] = [
-        ("kube-apiserver", "migration started", |cr| {
-            cr.annotations()
-                .contains_key("connectivityproxy.sap.com/legacy-migration")
-        }),
-        ("etcd", "configuration imported", |cr| {
-            cr.annotations()
-                .contains_key("connectivityproxy.sap.com/legacy-config-imported")
-        }),
-    ];
-    for (component, step, reached) in faults {
-        cp_tests::wait::until(step, Duration::from_secs(60), || {
-            let api = api.clone();
-            async move {
-                let cr = api
-                    .get("connectivity-proxy")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(reached(&cr).then_some(()))
-            }
-        })
-        .await
-        .expect("step reached");
+    for (component, step) in [
+        ("kube-apiserver", legacy::STEPS[0]),
+        ("etcd", legacy::STEPS[1]),
+    ] {
+        legacy::wait_step(&admin, step, Duration::from_secs(60)).await;
         let away = cp.restart(component).await.expect("restart");
         println!(
-            "{component} SIGKILLed right after: {step}; API server ready again after {away:?}"
+            "{component} SIGKILLed right after: {}; API server ready again after {away:?}",
+            step.0
         );
     }
     legacy::finish(&admin).await;
