@@ -1029,37 +1029,6 @@ async fn aggregate(admin: &Client, n: usize, adopt_wait: Duration) -> anyhow::Re
 // ---------------------------------------------------------------------------------------------
 // Legacy takeover.
 
-/// Objects the legacy reconciler left besides the reference fixtures (as `tests/tests/legacy`).
-fn legacy_extras() -> String {
-    format!(
-        r#"
-apiVersion: networking.istio.io/v1
-kind: Gateway
-metadata: {{name: kyma-gateway-cc, namespace: {NS}, labels: {{"reconciler.kyma-project.io/managed-by": reconciler}}}}
-spec: {{selector: {{istio: ingressgateway}}, servers: [{{hosts: [test.me.plz], port: {{name: https, number: 443, protocol: HTTPS}}}}]}}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {{name: cc-proxy, namespace: {NS}, labels: {{"reconciler.kyma-project.io/managed-by": reconciler}}}}
-spec: {{hosts: [test.me.plz]}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: connectivity-proxy-sm-operator, namespace: {NS}, labels: {{"reconciler.kyma-project.io/managed-by": reconciler}}}}
-spec:
-  selector: {{matchLabels: {{app: sm-operator}}}}
-  template:
-    metadata: {{labels: {{app: sm-operator}}}}
-    spec: {{containers: [{{name: op, image: legacy/sm-operator:1}}]}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: connectivity-proxy-tunnel, namespace: {NS}, labels: {{app: connectivity-proxy}}}}
-spec: {{selector: {{app: connectivity-proxy, release: connectivity-proxy}}, ports: [{{name: tunnel, port: 8042}}]}}
-"#
-    )
-}
-
 /// A legacy installation with `5 + extra` ServiceMappings; returns uid and spec of each mapping.
 async fn legacy_cluster(
     admin: &Client,
@@ -1076,7 +1045,7 @@ async fn legacy_cluster(
             .await
             .with_context(|| format!("applying {}", reference.join(f).display()))?;
     }
-    manifest::apply_yaml(admin, &legacy_extras(), Some(NS))
+    manifest::apply_yaml(admin, &cp_tests::fakes::legacy_extras_yaml(NS), Some(NS))
         .await
         .context("applying the other legacy objects")?;
     let labels: BTreeMap<String, String> = [("owner".to_string(), "team-erp".to_string())].into();

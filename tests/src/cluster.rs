@@ -99,7 +99,8 @@ pub struct Options {
     pub audit_reads: bool,
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A free loopback TCP port.
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind((LOCALHOST, 0))?.local_addr()?.port())
 }
 

@@ -1,7 +1,6 @@
 //! Running the `cp-controller` binary against a control plane as its own ServiceAccount, with
 //! exactly the permissions of `manifests/rbac/controller.yaml`.
 
-use std::net::{Ipv4Addr, TcpListener};
 use std::process::Command;
 use std::time::Duration;
 
@@ -53,9 +52,7 @@ impl ControllerProcess {
         let kubeconfig = cp
             .write_kubeconfig(&format!("{name}.kubeconfig"), &identity)
             .await?;
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-            .local_addr()?
-            .port();
+        let port = crate::cluster::free_port()?;
         let bin = crate::own_bin_dir().join("cp-controller");
         anyhow::ensure!(
             bin.exists(),

@@ -1,6 +1,6 @@
 //! Running the `cp-webhook` binary against a control plane and registering it in the API server.
 
-use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
 use std::time::Duration;
 
@@ -30,12 +30,6 @@ pub struct Webhook {
     pub cert_file: std::path::PathBuf,
     /// Key file the webhook watches.
     pub key_file: std::path::PathBuf,
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
 }
 
 /// Issues a serving certificate for 127.0.0.1 from `ca`, valid from now for `lifetime`.
@@ -94,8 +88,8 @@ impl Webhook {
         } else {
             None
         };
-        let port = free_port()?;
-        let metrics_port = free_port()?;
+        let port = crate::cluster::free_port()?;
+        let metrics_port = crate::cluster::free_port()?;
         // Run as the webhook's own ServiceAccount with exactly the manifest's permissions.
         let admin = cp.admin().await?;
         crate::cluster::ensure_namespace(&admin, "kyma-system").await?;

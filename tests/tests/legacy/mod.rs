@@ -47,33 +47,7 @@ pub async fn legacy_cluster(admin: &Client) -> MappingSnapshot {
             .await
             .expect("legacy fixture");
     }
-    let extras = format!(
-        r#"
-apiVersion: networking.istio.io/v1
-kind: Gateway
-metadata: {{name: kyma-gateway-cc, namespace: {NS}, labels: {{"reconciler.kyma-project.io/managed-by": reconciler}}}}
-spec: {{selector: {{istio: ingressgateway}}, servers: [{{hosts: [test.me.plz], port: {{name: https, number: 443, protocol: HTTPS}}}}]}}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {{name: cc-proxy, namespace: {NS}, labels: {{"reconciler.kyma-project.io/managed-by": reconciler}}}}
-spec: {{hosts: [test.me.plz]}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: connectivity-proxy-sm-operator, namespace: {NS}, labels: {{"reconciler.kyma-project.io/managed-by": reconciler}}}}
-spec:
-  selector: {{matchLabels: {{app: sm-operator}}}}
-  template:
-    metadata: {{labels: {{app: sm-operator}}}}
-    spec: {{containers: [{{name: op, image: legacy/sm-operator:1}}]}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: connectivity-proxy-tunnel, namespace: {NS}, labels: {{app: connectivity-proxy}}}}
-spec: {{selector: {{app: connectivity-proxy, release: connectivity-proxy}}, ports: [{{name: tunnel, port: 8042}}]}}
-"#
-    );
+    let extras = cp_tests::fakes::legacy_extras_yaml(NS);
     manifest::apply_yaml(admin, &extras, Some(NS))
         .await
         .expect("legacy extras");
