@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio_rustls::TlsConnector;
 
@@ -44,9 +45,8 @@ pub struct Target {
 
 fn connector(ca_pem: &str) -> anyhow::Result<TlsConnector> {
     let mut roots = rustls::RootCertStore::empty();
-    let mut reader = std::io::BufReader::new(ca_pem.as_bytes());
-    for cert in rustls_pemfile_certs(&mut reader)? {
-        roots.add(cert)?;
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert?)?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -54,15 +54,6 @@ fn connector(ca_pem: &str) -> anyhow::Result<TlsConnector> {
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(TlsConnector::from(Arc::new(config)))
-}
-
-fn rustls_pemfile_certs(
-    reader: &mut dyn std::io::BufRead,
-) -> anyhow::Result<Vec<CertificateDer<'static>>> {
-    use rustls::pki_types::pem::PemObject;
-    let mut text = Vec::new();
-    reader.read_to_end(&mut text)?;
-    Ok(CertificateDer::pem_slice_iter(&text).collect::<Result<Vec<_>, _>>()?)
 }
 
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;

@@ -145,27 +145,19 @@ fn go_peer() -> PathBuf {
         })
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
-        .local_addr()?
-        .port())
-}
-
 async fn wait_answers(target: &Target, what: &str) -> anyhow::Result<Bytes> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match load::probe(target).await {
-            Ok((true, body)) => return Ok(body),
-            Ok((false, body)) => anyhow::bail!(
-                "{what} answered non-200: {}",
-                String::from_utf8_lossy(&body)
-            ),
-            Err(e) if Instant::now() > deadline => {
-                return Err(e.context(format!("{what} never answered")));
+    cp_tests::wait::until(
+        &format!("{what} to answer 200"),
+        Duration::from_secs(30),
+        || async {
+            match load::probe(target).await {
+                Ok((true, body)) => Ok(Some(body)),
+                Ok((false, body)) => Err(format!("non-200: {}", String::from_utf8_lossy(&body))),
+                Err(e) => Err(format!("{e:#}")),
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+        },
+    )
+    .await
 }
 
 struct Row {
@@ -195,7 +187,7 @@ async fn webhook_section(quick: bool) -> anyhow::Result<String> {
     let cert = rust.cert_file.display().to_string();
     let key = rust.key_file.display().to_string();
 
-    let ceiling_port = free_port()?;
+    let ceiling_port = cp_tests::cluster::free_port()?;
     cp.spawn_process(
         "ceiling",
         Command::new(std::env::current_exe()?).args([
@@ -205,7 +197,7 @@ async fn webhook_section(quick: bool) -> anyhow::Result<String> {
             &key,
         ]),
     )?;
-    let go_port = free_port()?;
+    let go_port = cp_tests::cluster::free_port()?;
     let defaults = cp.dir.join("defaults.json");
     std::fs::write(
         &defaults,
