@@ -254,4 +254,70 @@ async fn two_controller_replicas_only_the_leader_reconciles_and_a_standby_takes_
         }
     }
     assert!(leaks.is_empty(), "secret values in logs: {leaks:?}");
+
+    // Nor anything else the operator writes that a CR editor can read: the CR (spec and status), its
+    // Events, the ServiceMappings and the module's ConfigMaps. The key's own Secret stays out of an
+    // editor's reach.
+    let key = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(admin.clone(), "kyma-system")
+        .get("connectivity-proxy-service-key")
+        .await
+        .expect("the service-key Secret");
+    assert!(
+        key.data
+            .unwrap_or_default()
+            .values()
+            .any(|v| String::from_utf8_lossy(&v.0).contains(secret)),
+        "the probe value is in the service key, so finding it elsewhere would show"
+    );
+    let mut exposed = Vec::new();
+    let readable: [(&str, ApiResource); 4] = [
+        (
+            "ConnectivityProxies",
+            ApiResource::erase::<ConnectivityProxy>(&()),
+        ),
+        (
+            "Events",
+            ApiResource::erase::<k8s_openapi::api::core::v1::Event>(&()),
+        ),
+        (
+            "ServiceMappings",
+            ApiResource::erase::<cp_api::ServiceMapping>(&()),
+        ),
+        ("ConfigMaps", ApiResource::erase::<ConfigMap>(&())),
+    ];
+    for (what, ar) in readable {
+        let list = Api::<DynamicObject>::all_with(admin.clone(), &ar)
+            .list(&Default::default())
+            .await
+            .expect("list");
+        assert!(
+            what != "ConnectivityProxies" || !list.items.is_empty(),
+            "the CR is listed"
+        );
+        let text = serde_json::to_string(&list).expect("json");
+        if text.contains(secret) {
+            exposed.push(what);
+        }
+    }
+    assert!(
+        exposed.is_empty(),
+        "the service key's secret is readable in {exposed:?}"
+    );
+    manifest::apply_yaml(&admin, EDITOR_RBAC, None)
+        .await
+        .expect("editor RBAC");
+    let alice = cp
+        .client(&Identity::User {
+            name: ALICE.into(),
+            groups: vec![],
+        })
+        .await
+        .expect("alice");
+    match Api::<k8s_openapi::api::core::v1::Secret>::namespaced(alice, "kyma-system")
+        .get("connectivity-proxy-service-key")
+        .await
+    {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 403, "{s:?}"),
+        other => panic!("a CR editor read the service-key Secret: {other:?}"),
+    }
 }
