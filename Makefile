@@ -1,19 +1,30 @@
 # Connectivity Proxy module operator. `make run` and `make test` are all a new machine needs.
 SHELL := /bin/bash
-export CARGO_TARGET_DIR ?= $(HOME)/.cache/cp-operator/target
+# Rust build output outside the checkout but keyed by it: two clones or worktrees never share binaries
+# (a binary compiles in its workspace's path). CARGO_TARGET_DIR in the environment wins.
+CHECKOUT_KEY := $(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-16)
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/cp-operator/target-$(CHECKOUT_KEY)
 export CARGO_TERM_COLOR ?= never
 BIN := $(CARGO_TARGET_DIR)/debug
 
-.PHONY: all run test lint fmt k8s-bins build manifests check-manifests check-leaks clean-local soak fuzz bench go-peer
+.PHONY: all run test lint fmt k8s-bins build manifests check-manifests check-leaks clean-local soak fuzz bench go-peer \
+	preflight images check-reference print-target-dir
 
 all: build
 
 ## Kubernetes binaries (kube-apiserver, kube-controller-manager, etcd, kubectl), built once into a
 ## version-keyed cache under ~/.cache/cp-operator.
-k8s-bins:
+k8s-bins: preflight
 	@bash hack/k8s-bins.sh >/dev/null
 
-build:
+## Go, Rust and make present and recent enough; says how long a first build takes.
+preflight:
+	@bash hack/preflight.sh
+
+print-target-dir:
+	@echo $(CARGO_TARGET_DIR)
+
+build: preflight
 	cargo build --workspace --bins
 
 ## Regenerate the CRDs from the Rust types.
@@ -28,7 +39,7 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 ## fmt + clippy + unit tests + integration tests on a real local control plane.
-test: k8s-bins lint build
+test: k8s-bins lint build images
 	cargo test --workspace --no-fail-fast
 	@$(MAKE) --no-print-directory check-leaks
 
@@ -64,4 +75,15 @@ bench: k8s-bins go-peer
 
 ## A local control plane with the module installed and the default CR; Ctrl-C stops everything.
 run: k8s-bins build
-	$(BIN)/cp-local
+	CP_WORKSPACE=$(CURDIR) $(BIN)/cp-local
+
+## OCI images cp-webhook and cp-controller from the repository's Containerfiles, built offline with buildah
+## (installed from Debian when missing): static release binaries on an empty base, non-root, no shell.
+images:
+	@bash hack/images.sh
+
+## Compares the project with the upstream files in ../shared/reference (CI runs it where they exist):
+## CRD compatibility field by field, the stand-in CRDs, Busola schemas, the default CR, legacy fixtures.
+check-reference: k8s-bins build
+	CP_REFERENCE_DIR=$${CP_REFERENCE_DIR:-$(CURDIR)/../shared/reference} cargo test -p cp-tests --test reference -- --nocapture
+	@$(MAKE) --no-print-directory check-leaks

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of the admission webhook and the legacy-install import (fuzz/, cargo-fuzz).
 #
-# Builds a seed corpus from the default CR and the legacy reference fixtures, then runs every target
+# Builds a seed corpus from the default CR and the project's legacy fixtures, then runs every target
 # for FUZZ_SECONDS (default 120). The corpus lives outside the repository and keeps what the fuzzer
 # found between runs. Exits non-zero, naming the artifact, when a target crashes.
 #
@@ -9,14 +9,14 @@
 #   FUZZ_TARGETS   targets to run (default: every target in fuzz/Cargo.toml)
 #   FUZZ_MAX_LEN   largest input in bytes (default 65536)
 #   FUZZ_SANITIZER cargo-fuzz sanitizer (default address; `none` runs faster)
-#   CP_REFERENCE_DIR the reference fixtures (default ../shared/reference beside the repository)
+#   CP_FIXTURES_DIR  the legacy fixtures (default tests/fixtures)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=$HOME/.cache/cp-operator
 seconds=${FUZZ_SECONDS:-120}
 max_len=${FUZZ_MAX_LEN:-65536}
 sanitizer=${FUZZ_SANITIZER:-address}
-reference=${CP_REFERENCE_DIR:-$root/../shared/reference}
+reference=${CP_FIXTURES_DIR:-$root/tests/fixtures}
 corpus_root=$cache/fuzz/corpus
 artifacts_root=$cache/fuzz/artifacts
 logs=$cache/fuzz/logs
@@ -34,7 +34,7 @@ fi
 targets=${FUZZ_TARGETS:-$(cargo +nightly fuzz list --fuzz-dir "$root/fuzz")}
 
 # Seed corpus, rebuilt on every run (same file names, so it is overwritten, never duplicated).
-for f in "$root/manifests/default-cr.yaml" "$reference/legacy-install/cp_cm.yaml" "$reference/legacy-install/cp_cm_info.yaml"; do
+for f in "$root/manifests/default-cr.yaml" "$reference/legacy-install/configmap.yaml" "$reference/legacy-install/configmap-info.yaml"; do
   [ -f "$f" ] || { echo "fixture $f not found (set CP_REFERENCE_DIR)" >&2; exit 1; }
 done
 mkdir -p "$corpus_root" "$artifacts_root" "$logs"
@@ -96,8 +96,8 @@ write("admission_review", "sm-create", review("ServiceMapping", "CREATE", "alice
 write("admission_review", "sm-update", review("ServiceMapping", "UPDATE", "alice", sm_tcp, sm))
 
 # legacy_import: <connectivity-proxy-config.yml> NUL <info key=value lines> NUL <spec.config JSON>.
-legacy = load(os.path.join(reference, "legacy-install/cp_cm.yaml"))["data"]["connectivity-proxy-config.yml"]
-info = load(os.path.join(reference, "legacy-install/cp_cm_info.yaml"))["data"]
+legacy = load(os.path.join(reference, "legacy-install/configmap.yaml"))["data"]["connectivity-proxy-config.yml"]
+info = load(os.path.join(reference, "legacy-install/configmap-info.yaml"))["data"]
 info_lines = "".join(f"{k}={v}\n" for k, v in info.items())
 config = json.dumps(crs["default"]["spec"]["config"])
 write("legacy_import", "config-only", legacy)

@@ -9,6 +9,7 @@ etcd_version=$(version_of go.etcd.io/etcd/server/v3 "$root/tests/k8s-bins/etcd/g
 [ -n "$kube_version" ] && [ -n "$etcd_version" ] || { echo "cannot read pinned versions from tests/k8s-bins/*/go.mod" >&2; exit 1; }
 cache=${CP_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cp-operator/k8s-${kube_version}-etcd-${etcd_version}}
 mkdir -p "$cache/bin"
+command -v go >/dev/null || { echo "error: Go is not on PATH: install Go (see tests/k8s-bins/kube/go.mod for the version) and add it to PATH" >&2; exit 1; }
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 
 minor=${kube_version#v1.}; minor=${minor%%.*}
@@ -19,7 +20,16 @@ build() { # dir package output [ldflags]
   if [ -x "$out" ]; then return 0; fi
   echo ">> building $3 ($kube_version / etcd $etcd_version) into $cache/bin; the first build takes several minutes" >&2
   local start=$SECONDS
-  (cd "$root/tests/k8s-bins/$1" && go build -trimpath -ldflags="${4:--s -w}" -o "$out.tmp" "$2")
+  # A line every 30 s, so a long first build never looks hung.
+  ( while sleep 30; do echo ">> still building $3: $((SECONDS - start)) s so far" >&2; done ) &
+  local ticker=$!
+  local rc=0
+  (cd "$root/tests/k8s-bins/$1" && go build -trimpath -ldflags="${4:--s -w}" -o "$out.tmp" "$2") || rc=$?
+  kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null
+  if [ "$rc" != 0 ]; then
+    echo "error: building $3 from tests/k8s-bins/$1 failed (go build exit $rc); the output above says why" >&2
+    exit "$rc"
+  fi
   mv "$out.tmp" "$out"
   echo ">> built $3 in $((SECONDS - start))s" >&2
 }

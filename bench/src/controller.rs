@@ -370,16 +370,12 @@ async fn install_prerequisites(admin: &Client, domain: &str) -> anyhow::Result<(
             .await
             .with_context(|| format!("applying {f}"))?;
     }
-    let reference = cp_tests::reference_dir();
-    for f in [
-        "crds/istio.io.yaml",
-        "crds/services.cloud.sap.com_serviceinstances.yaml",
-        "crds/services.cloud.sap.com_servicebindings.yaml",
-    ] {
-        manifest::apply_file(admin, &reference.join(f), None)
-            .await
-            .with_context(|| format!("applying {}", reference.join(f).display()))?;
-    }
+    cp_tests::fixtures::apply(
+        admin,
+        &[cp_tests::fixtures::ISTIO_CRDS, cp_tests::fixtures::BTP_CRDS],
+        None,
+    )
+    .await?;
     for ns in [NS, names::ISTIO_NAMESPACE] {
         ensure_namespace(admin, ns).await?;
     }
@@ -392,9 +388,9 @@ async fn install_prerequisites(admin: &Client, domain: &str) -> anyhow::Result<(
     Ok(())
 }
 
-/// The Kyma default CR from the reference example.
+/// The module's default CR (`manifests/default-cr.yaml`).
 fn default_cr() -> anyhow::Result<ConnectivityProxy> {
-    let path = cp_tests::reference_dir().join("examples/kyma-default-cr.yaml");
+    let path = cp_tests::fixtures::default_cr_path();
     let yaml =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let first = yaml.split("\n---").next().unwrap_or(&yaml);
@@ -1035,16 +1031,7 @@ async fn legacy_cluster(
     extra: usize,
 ) -> anyhow::Result<BTreeMap<String, (String, Value)>> {
     install_prerequisites(admin, LEGACY_DOMAIN).await?;
-    let reference = cp_tests::reference_dir();
-    for f in [
-        "legacy-install/cp_stateful_set.yaml",
-        "legacy-install/cp_cm.yaml",
-        "legacy-install/cp_cm_info.yaml",
-    ] {
-        manifest::apply_file(admin, &reference.join(f), Some(NS))
-            .await
-            .with_context(|| format!("applying {}", reference.join(f).display()))?;
-    }
+    cp_tests::fixtures::apply(admin, &cp_tests::fixtures::LEGACY_INSTALL, Some(NS)).await?;
     manifest::apply_yaml(admin, &cp_tests::fakes::legacy_extras_yaml(NS), Some(NS))
         .await
         .context("applying the other legacy objects")?;

@@ -30,6 +30,11 @@ use kube::{Api, Client};
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
+    /// Resolve this host name the way the Connectivity CA fetch does (in-process resolver reading
+    /// /etc/resolv.conf and /etc/hosts), print its addresses and exit: a diagnostic for the image,
+    /// which has no shell.
+    #[arg(long, value_name = "HOST")]
+    check_dns: Option<String>,
     /// Address of the plain-HTTP server for `/metrics`, `/healthz` and `/readyz`.
     #[arg(
         long,
@@ -108,7 +113,11 @@ struct Health {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    cp_api::cli::exit_code("cp-controller", run().await)
+}
+
+async fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -117,6 +126,15 @@ async fn main() -> anyhow::Result<()> {
         .json()
         .init();
     let args = Args::parse();
+    if let Some(host) = &args.check_dns {
+        let resolver =
+            cp_controller::connectivity_ca::Resolver::from_system().map_err(anyhow::Error::msg)?;
+        let addrs = resolver.lookup(host).await.map_err(anyhow::Error::msg)?;
+        for a in addrs {
+            println!("{a}");
+        }
+        return Ok(());
+    }
     let overrides: Option<serde_json::Value> = match &args.deployment_defaults_override {
         Some(s) => {
             Some(serde_json::from_str(s).context("--deployment-defaults-override is not JSON")?)

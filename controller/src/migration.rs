@@ -629,7 +629,7 @@ async fn backup(
 mod tests {
     use super::*;
 
-    const LEGACY: &str = "highAvailabilityMode: \"off\"\nintegration:\n  auditlog:\n    mode: console\n  connectivityService:\n    serviceCredentialsKey: service_key\nservers:\n  businessDataTunnel:\n    externalHost: test.me.plz\n    externalPort: 443\n  proxy:\n    http:\n      enableProxyAuthorization: false\n      enabled: true\n    rfcAndLdap:\n      enableProxyAuthorization: false\n      enabled: true\n    socks5:\n      enableProxyAuthorization: false\n      enabled: true\nsubaccountId: 00000000-0000-0000-0000-000000000000\nsubaccountSubdomain: obfuscated-subaccount-subdomain\ntenantMode: shared\n";
+    const LEGACY: &str = "highAvailabilityMode: \"off\"\nintegration:\n  auditlog:\n    mode: console\n  connectivityService:\n    serviceCredentialsKey: service_key\nservers:\n  businessDataTunnel:\n    externalHost: cp.legacy.kyma.example.com\n    externalPort: 443\n  proxy:\n    http:\n      enableProxyAuthorization: false\n      enabled: true\n    rfcAndLdap:\n      enableProxyAuthorization: false\n      enabled: true\n    socks5:\n      enableProxyAuthorization: false\n      enabled: true\nsubaccountId: 3f1c0d6e-8a2b-4c7d-9e10-5b6a7c8d9e0f\nsubaccountSubdomain: legacy-subdomain\ntenantMode: shared\n";
 
     fn default_config() -> Value {
         json!({
@@ -652,13 +652,10 @@ mod tests {
         let (cfg, imported) = import(&default_config(), LEGACY, &info).expect("imports");
         assert_eq!(
             cfg["servers"]["businessDataTunnel"]["externalHost"],
-            "test.me.plz"
+            "cp.legacy.kyma.example.com"
         );
-        assert_eq!(cfg["subaccountId"], "00000000-0000-0000-0000-000000000000");
-        assert_eq!(
-            cfg["subaccountSubdomain"],
-            "obfuscated-subaccount-subdomain"
-        );
+        assert_eq!(cfg["subaccountId"], "3f1c0d6e-8a2b-4c7d-9e10-5b6a7c8d9e0f");
+        assert_eq!(cfg["subaccountSubdomain"], "legacy-subdomain");
         assert_eq!(
             cfg["tenantMode"], "shared",
             "a defaulted value is replaced by the legacy one"

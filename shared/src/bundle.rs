@@ -21,6 +21,38 @@ pub const EXTRAS: [&str; 2] = ["ui/extension.yaml", "monitoring/grafana-dashboar
 /// The rendered bundle's file name.
 pub const BUNDLE: &str = "connectivity-proxy-operator.yaml";
 
+/// Where the operator's images are published; `make images` tags its local builds with this name too.
+pub const IMAGE_REGISTRY: &str =
+    "europe-docker.pkg.dev/kyma-project/prod/connectivity-proxy-operator";
+
+/// The module configuration (modulectl), relative to `manifests/`; its `version` is stamped.
+pub const MODULE_CONFIG: &str = "module-config.yaml";
+
+/// Rewrites every version a hand-written manifest carries to this release (the workspace version, the
+/// one source): the operator's image tags and the module configuration's top-level `version`.
+pub fn stamp_release(text: &str) -> String {
+    let release = crate::defaults::RELEASE;
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let image = trimmed
+            .strip_prefix("image: ")
+            .and_then(|i| i.strip_prefix(IMAGE_REGISTRY))
+            .and_then(|rest| rest.strip_prefix('/'))
+            .and_then(|rest| rest.split_once(':'));
+        if let Some((name, _old)) = image {
+            out.push_str(&format!("{indent}image: {IMAGE_REGISTRY}/{name}:{release}"));
+        } else if line.starts_with("version: ") {
+            out.push_str(&format!("version: {release}"));
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// Errors while rendering.
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
@@ -68,11 +100,13 @@ pub fn generated(manifests_dir: &Path) -> Result<Vec<(String, String)>, RenderEr
         .chain(EXTRAS.iter().filter(|e| manifests_dir.join(e).exists()))
     {
         let path = manifests_dir.join(rel);
-        let text = std::fs::read_to_string(&path).map_err(|source| RenderError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text = stamp_release(&read(&path)?);
+        files.push(((*rel).to_string(), text.clone()));
         parts.push(text);
+    }
+    let module_config = manifests_dir.join(MODULE_CONFIG);
+    if module_config.exists() {
+        files.push((MODULE_CONFIG.into(), stamp_release(&read(&module_config)?)));
     }
     for part in parts {
         bundle.push_str("---\n");
@@ -81,4 +115,32 @@ pub fn generated(manifests_dir: &Path) -> Result<Vec<(String, String)>, RenderEr
     }
     files.push((BUNDLE.into(), bundle));
     Ok(files)
+}
+
+fn read(path: &Path) -> Result<String, RenderError> {
+    std::fs::read_to_string(path).map_err(|source| RenderError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_image_tags_and_module_version_only() {
+        let text = format!(
+            "version: 9.9.9\nspec:\n  containers:\n  - name: w\n    image: {IMAGE_REGISTRY}/webhook:0.0.1\n    other: version: 1\n  - name: x\n    image: elsewhere/webhook:0.0.1\n"
+        );
+        let out = stamp_release(&text);
+        let r = crate::defaults::RELEASE;
+        assert!(out.starts_with(&format!("version: {r}\n")), "{out}");
+        assert!(
+            out.contains(&format!("    image: {IMAGE_REGISTRY}/webhook:{r}\n")),
+            "{out}"
+        );
+        assert!(out.contains("image: elsewhere/webhook:0.0.1"), "{out}");
+        assert!(out.contains("other: version: 1"), "{out}");
+    }
 }

@@ -7,6 +7,7 @@
 
 pub mod admission_config;
 pub mod bundle;
+pub mod cli;
 pub mod cp;
 pub mod crds;
 pub mod defaults;

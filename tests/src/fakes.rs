@@ -106,12 +106,12 @@ pub fn legacy_extras_yaml(ns: &str) -> String {
 apiVersion: networking.istio.io/v1
 kind: Gateway
 metadata: {{name: kyma-gateway-cc, namespace: {ns}, labels: {{"reconciler.kyma-project.io/managed-by": reconciler}}}}
-spec: {{selector: {{istio: ingressgateway}}, servers: [{{hosts: [test.me.plz], port: {{name: https, number: 443, protocol: HTTPS}}}}]}}
+spec: {{selector: {{istio: ingressgateway}}, servers: [{{hosts: [cp.legacy.kyma.example.com], port: {{name: https, number: 443, protocol: HTTPS}}}}]}}
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
 metadata: {{name: cc-proxy, namespace: {ns}, labels: {{"reconciler.kyma-project.io/managed-by": reconciler}}}}
-spec: {{hosts: [test.me.plz]}}
+spec: {{hosts: [cp.legacy.kyma.example.com]}}
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -128,4 +128,48 @@ metadata: {{name: connectivity-proxy-tunnel, namespace: {ns}, labels: {{app: con
 spec: {{selector: {{app: connectivity-proxy, release: connectivity-proxy}}, ports: [{{name: tunnel, port: 8042}}]}}
 "#
     )
+}
+
+/// Plays what a local control plane lacks for CR `ns/cr` (the SAP BTP service operator once, when the
+/// CR waits for its service key; the StatefulSet's kubelets, whenever it waits for them) until the CR
+/// is Ready, or fails after `timeout` with the CR's last state and reasons.
+pub async fn play_until_ready(
+    admin: &Client,
+    ns: &str,
+    cr: &str,
+    subaccount: &str,
+    subdomain: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let api: Api<cp_api::ConnectivityProxy> = Api::namespaced(admin.clone(), ns);
+    let btp_played = std::sync::atomic::AtomicBool::new(false);
+    crate::wait::until(&format!("{ns}/{cr} Ready"), timeout, || {
+        let (api, btp_played) = (api.clone(), &btp_played);
+        async move {
+            let c = api.get(cr).await.map_err(|e| e.to_string())?;
+            let st = c.status.unwrap_or_default();
+            if st.state == Some(cp_api::State::Ready) {
+                return Ok(Some(()));
+            }
+            let has = |r: &str| st.conditions.iter().any(|c| c.reason == r);
+            if has("ServiceKeyPending")
+                && !btp_played.swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                play_btp_operator(admin, ns, cr, subaccount, subdomain)
+                    .await
+                    .map_err(|e| format!("playing the BTP operator: {e:#}"))?;
+            }
+            if has("StatefulSetNotReady") {
+                mark_statefulset_ready(admin, ns)
+                    .await
+                    .map_err(|e| format!("marking the StatefulSet ready: {e:#}"))?;
+            }
+            let reasons: Vec<&str> = st.conditions.iter().map(|c| c.reason.as_str()).collect();
+            Err(format!(
+                "{:?}: {:?}, reasons {reasons:?}",
+                st.state, st.description
+            ))
+        }
+    })
+    .await
 }

@@ -7,8 +7,10 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod container;
 pub mod controller;
 pub mod fakes;
+pub mod fixtures;
 pub mod manifest;
 pub mod wait;
 pub mod webhook;
@@ -25,7 +27,8 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// `../shared/reference` beside the project (override with `CP_REFERENCE_DIR`).
+/// `../shared/reference` beside the project (override with `CP_REFERENCE_DIR`): read only by
+/// `make check-reference`, never by `make run` or `make test`.
 pub fn reference_dir() -> PathBuf {
     std::env::var_os("CP_REFERENCE_DIR")
         .map(PathBuf::from)

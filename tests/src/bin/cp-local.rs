@@ -11,7 +11,7 @@ use cp_api::{ConnectivityProxy, names};
 use cp_tests::cluster::{ControlPlane, Options, ensure_namespace, k8s_bin_dir};
 use cp_tests::controller::ControllerProcess;
 use cp_tests::webhook::Webhook;
-use cp_tests::{manifest, reference_dir, workspace_root};
+use cp_tests::{fixtures, manifest, workspace_root};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -21,7 +21,26 @@ use serde_json::json;
 const DOMAIN: &str = "local.kyma.dev";
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    cp_api::cli::exit_code("cp-local", run().await)
+}
+
+async fn run() -> anyhow::Result<()> {
+    // `make run` passes its checkout: a cp-local built from another checkout (a shared CARGO_TARGET_DIR)
+    // would read that checkout's manifests and fixtures.
+    if let Some(started_in) = std::env::var_os("CP_WORKSPACE") {
+        let canon = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
+        let (started_in, built_from) = (canon(PathBuf::from(started_in)), canon(workspace_root()));
+        anyhow::ensure!(
+            started_in == built_from,
+            "this cp-local was built from {} but `make run` runs in {}: CARGO_TARGET_DIR ({}) is shared \
+             between checkouts; unset it (the Makefile keys the build cache by checkout) or give each \
+             checkout its own",
+            built_from.display(),
+            started_in.display(),
+            std::env::var("CARGO_TARGET_DIR").unwrap_or_default()
+        );
+    }
     let dir = std::env::var_os("CP_RUN_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("cp-operator-run"));
@@ -41,13 +60,7 @@ async fn main() -> anyhow::Result<()> {
     for entry in std::fs::read_dir(&crds).with_context(|| format!("reading {}", crds.display()))? {
         manifest::apply_file(&client, &entry?.path(), None).await?;
     }
-    for f in [
-        "crds/istio.io.yaml",
-        "crds/services.cloud.sap.com_serviceinstances.yaml",
-        "crds/services.cloud.sap.com_servicebindings.yaml",
-    ] {
-        manifest::apply_file(&client, &reference_dir().join(f), None).await?;
-    }
+    fixtures::apply(&client, &[fixtures::ISTIO_CRDS, fixtures::BTP_CRDS], None).await?;
     println!(">> installed our CRDs and the CRDs of Istio and the SAP BTP service operator");
     ensure_namespace(&client, names::KYMA_SYSTEM).await?;
     ensure_namespace(&client, names::ISTIO_NAMESPACE).await?;
@@ -71,7 +84,7 @@ async fn main() -> anyhow::Result<()> {
         webhook.url
     );
 
-    let default_cr = reference_dir().join("examples/kyma-default-cr.yaml");
+    let default_cr = fixtures::default_cr_path();
     // The first attempts can meet the API server before the controller injected the CA bundle.
     let (c, cr_path) = (client.clone(), default_cr.clone());
     cp_tests::wait::until(

@@ -20,7 +20,7 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams,
 use serde_json::json;
 use tokio::sync::{Mutex, OnceCell};
 
-use common::{ALICE, EDITOR_RBAC, control_plane, default_cr, install_our_crds, reference};
+use common::{ALICE, EDITOR_RBAC, control_plane, default_cr, install_our_crds};
 
 const DOMAIN: &str = "certs.kyma.example.com";
 static TURN: Mutex<()> = Mutex::const_new(());
@@ -196,15 +196,13 @@ fn secret_text(s: &Secret, key: &str) -> String {
 }
 
 async fn install_dependencies(admin: &kube::Client) {
-    for f in [
-        "crds/istio.io.yaml",
-        "crds/services.cloud.sap.com_serviceinstances.yaml",
-        "crds/services.cloud.sap.com_servicebindings.yaml",
-    ] {
-        manifest::apply_file(admin, &reference(f), None)
-            .await
-            .expect("CRDs");
-    }
+    cp_tests::fixtures::apply(
+        admin,
+        &[cp_tests::fixtures::ISTIO_CRDS, cp_tests::fixtures::BTP_CRDS],
+        None,
+    )
+    .await
+    .expect("CRDs");
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shoot-info", "namespace": "kube-system"}, "data": {"domain": DOMAIN}});
     manifest::apply_object(admin, serde_json::from_value(cm).expect("cm"), None)
         .await
@@ -303,7 +301,7 @@ async fn gardener_certificate_is_used_where_its_crd_exists() {
     install_dependencies(&admin).await;
     manifest::apply_file(
         &admin,
-        &reference("crds/cert.gardener.cloud_certificates.yaml"),
+        &common::fixture(cp_tests::fixtures::GARDENER_CERT_CRD),
         None,
     )
     .await

@@ -11,11 +11,11 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::{Mutex, MutexGuard, OnceCell};
 
-use crate::common::{control_plane, install_our_crds, reference};
+use crate::common::{control_plane, fixture, install_our_crds};
 
 pub const NS: &str = "kyma-system";
 pub const DOMAIN: &str = "c-123.kyma.example.com";
-pub const ISTIO_CRDS: &str = "crds/istio.io.yaml";
+pub const ISTIO_CRDS: &str = cp_tests::fixtures::ISTIO_CRDS;
 
 static SCENARIO: Mutex<()> = Mutex::const_new(());
 
@@ -65,20 +65,15 @@ pub async fn scenario() -> Env {
 }
 
 pub async fn install_istio(admin: &Client) {
-    manifest::apply_file(admin, &reference(ISTIO_CRDS), None)
+    manifest::apply_file(admin, &fixture(ISTIO_CRDS), None)
         .await
         .expect("Istio CRDs");
 }
 
 pub async fn install_btp(admin: &Client) {
-    for f in [
-        "crds/services.cloud.sap.com_serviceinstances.yaml",
-        "crds/services.cloud.sap.com_servicebindings.yaml",
-    ] {
-        manifest::apply_file(admin, &reference(f), None)
-            .await
-            .expect("BTP CRDs");
-    }
+    manifest::apply_file(admin, &fixture(cp_tests::fixtures::BTP_CRDS), None)
+        .await
+        .expect("BTP CRDs");
 }
 
 pub async fn set_domain(admin: &Client, domain: Option<&str>) {

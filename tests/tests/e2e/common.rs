@@ -18,9 +18,9 @@ pub fn control_plane() -> Arc<ControlPlane> {
     }
 }
 
-/// Path of a file under `../shared/reference/`.
-pub fn reference(path: &str) -> PathBuf {
-    cp_tests::reference_dir().join(path)
+/// Path of a file under the project's `tests/fixtures/`.
+pub fn fixture(path: &str) -> PathBuf {
+    cp_tests::fixtures::path(path)
 }
 
 /// Path of a file under the project's `manifests/`.
@@ -149,8 +149,7 @@ pub async fn wait_admitted(api: &kube::api::Api<kube::api::DynamicObject>, what:
 
 /// The Kyma default CR (from the reference example) with another name.
 pub fn default_cr(name: &str) -> Value {
-    let yaml =
-        std::fs::read_to_string(reference("examples/kyma-default-cr.yaml")).expect("default CR");
+    let yaml = std::fs::read_to_string(cp_tests::fixtures::default_cr_path()).expect("default CR");
     let mut v: Value =
         serde_yaml::from_str(yaml.split("\n---").next().unwrap_or(&yaml)).expect("yaml");
     v["metadata"] = serde_json::json!({"name": name});

@@ -1,44 +1,34 @@
-//! The control plane runs, our CRDs and the reference CRDs apply, and CRs round-trip losslessly.
+//! The control plane runs, our CRDs and the stand-in third-party CRDs apply, and CRs round-trip losslessly.
 
 use cp_api::ConnectivityProxy;
 use cp_tests::manifest;
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 
-use crate::common::{control_plane, install_our_crds, missing_leaves, reference};
+use crate::common::{control_plane, fixture, install_our_crds, missing_leaves};
 
 #[tokio::test]
-async fn every_reference_crd_applies() {
+async fn every_fixture_crd_applies_and_is_served() {
     let cp = control_plane();
     let client = cp.admin().await.expect("admin client");
     for f in [
-        "crds/istio.io.yaml",
-        "crds/services.cloud.sap.com_serviceinstances.yaml",
-        "crds/services.cloud.sap.com_servicebindings.yaml",
-        "crds/cert.gardener.cloud_certificates.yaml",
-        "crds/cert-manager.io_certificates.yaml",
-        "crds/connectivityproxies.connectivityproxy.sap.com.yaml",
+        cp_tests::fixtures::ISTIO_CRDS,
+        cp_tests::fixtures::BTP_CRDS,
+        cp_tests::fixtures::GARDENER_CERT_CRD,
+        cp_tests::fixtures::CERT_MANAGER_CRD,
     ] {
-        // The existing module's CRD has our CRD's name: apply it to a scratch copy under another group.
-        let path = reference(f);
-        if f.contains("connectivityproxies") {
-            let yaml = std::fs::read_to_string(&path)
-                .expect("reference CRD")
-                .replace("connectivityproxy.sap.com", "legacy.connectivityproxy.test");
-            let applied = manifest::apply_yaml(&client, &yaml, None)
-                .await
-                .expect("legacy CRD applies");
-            for o in applied {
-                manifest::wait_crd_established(&client, &o.metadata.name.unwrap_or_default())
-                    .await
-                    .expect("legacy CRD established");
-            }
-            continue;
-        }
-        let applied = manifest::apply_file(&client, &path, None)
+        let applied = manifest::apply_file(&client, &fixture(f), None)
             .await
             .unwrap_or_else(|e| panic!("{f}: {e:#}"));
         assert!(!applied.is_empty(), "{f} holds no objects");
+    }
+    // Each kind the operator writes is served at the version it uses.
+    for kind in cp_controller::desired::Kind::ALL {
+        let ar = kind.api_resource();
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        api.list(&Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("{} {} is not served: {e}", ar.api_version, ar.kind));
     }
 }
 
@@ -48,8 +38,7 @@ async fn kyma_default_cr_round_trips() {
     let client = cp.admin().await.expect("admin client");
     install_our_crds(&client).await;
     let ns = cp.namespace("roundtrip-default").await.expect("namespace");
-    let yaml =
-        std::fs::read_to_string(reference("examples/kyma-default-cr.yaml")).expect("default CR");
+    let yaml = std::fs::read_to_string(cp_tests::fixtures::default_cr_path()).expect("default CR");
     let mut obj = manifest::parse_documents(&yaml).expect("parse").remove(0);
     obj.metadata.namespace = Some(ns.clone());
     let sent = serde_json::to_value(&obj).expect("json");

@@ -11,7 +11,7 @@ use kube::api::{Api, DynamicObject, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::common::{install_our_crds, reference};
+use crate::common::{fixture, install_our_crds};
 
 pub const NS: &str = "kyma-system";
 pub const DOMAIN: &str = "legacy.kyma.example.com";
@@ -22,15 +22,13 @@ pub type MappingSnapshot = BTreeMap<String, (String, serde_json::Value)>;
 /// Installs the CRDs and a legacy installation; returns the mappings as they were.
 pub async fn legacy_cluster(admin: &Client) -> MappingSnapshot {
     install_our_crds(admin).await;
-    for f in [
-        "crds/istio.io.yaml",
-        "crds/services.cloud.sap.com_serviceinstances.yaml",
-        "crds/services.cloud.sap.com_servicebindings.yaml",
-    ] {
-        manifest::apply_file(admin, &reference(f), None)
-            .await
-            .expect("CRDs");
-    }
+    cp_tests::fixtures::apply(
+        admin,
+        &[cp_tests::fixtures::ISTIO_CRDS, cp_tests::fixtures::BTP_CRDS],
+        None,
+    )
+    .await
+    .expect("CRDs");
     for ns in [NS, "istio-system"] {
         ensure_namespace(admin, ns).await.expect("namespace");
     }
@@ -38,15 +36,9 @@ pub async fn legacy_cluster(admin: &Client) -> MappingSnapshot {
     manifest::apply_object(admin, serde_json::from_value(cm).expect("cm"), None)
         .await
         .expect("shoot-info");
-    for f in [
-        "legacy-install/cp_stateful_set.yaml",
-        "legacy-install/cp_cm.yaml",
-        "legacy-install/cp_cm_info.yaml",
-    ] {
-        manifest::apply_file(admin, &reference(f), Some(NS))
-            .await
-            .expect("legacy fixture");
-    }
+    cp_tests::fixtures::apply(admin, &cp_tests::fixtures::LEGACY_INSTALL, Some(NS))
+        .await
+        .expect("legacy fixture");
     let extras = cp_tests::fakes::legacy_extras_yaml(NS);
     manifest::apply_yaml(admin, &extras, Some(NS))
         .await
@@ -88,14 +80,11 @@ pub async fn assert_taken_over(admin: &Client, before: &MappingSnapshot, http_po
         .expect("CR");
     let cfg = serde_json::to_value(&cr.spec.config).expect("json");
     assert_eq!(
-        cfg["servers"]["businessDataTunnel"]["externalHost"], "test.me.plz",
+        cfg["servers"]["businessDataTunnel"]["externalHost"], "cp.legacy.kyma.example.com",
         "legacy host imported"
     );
-    assert_eq!(cfg["subaccountId"], "00000000-0000-0000-0000-000000000000");
-    assert_eq!(
-        cfg["subaccountSubdomain"],
-        "obfuscated-subaccount-subdomain"
-    );
+    assert_eq!(cfg["subaccountId"], "3f1c0d6e-8a2b-4c7d-9e10-5b6a7c8d9e0f");
+    assert_eq!(cfg["subaccountSubdomain"], "legacy-subdomain");
     assert_eq!(cfg["servers"]["proxy"]["http"]["port"], http_port);
     assert_eq!(cfg["servers"]["proxy"]["rfcAndLdap"]["port"], 20001);
     assert_eq!(cfg["servers"]["proxy"]["socks5"]["port"], 20004);
@@ -118,7 +107,7 @@ pub async fn assert_taken_over(admin: &Client, before: &MappingSnapshot, http_po
         .await
         .expect("backup of the config");
     let original =
-        std::fs::read_to_string(reference("legacy-install/cp_cm.yaml")).expect("fixture");
+        std::fs::read_to_string(fixture(cp_tests::fixtures::LEGACY_CONFIG)).expect("fixture");
     let original: serde_json::Value = serde_yaml::from_str(&original).expect("yaml");
     assert_eq!(
         b.data
@@ -211,7 +200,10 @@ pub async fn assert_taken_over(admin: &Client, before: &MappingSnapshot, http_po
         .get("connectivity-proxy-config.yml")
         .cloned()
         .unwrap_or_default();
-    assert!(yml.contains("externalHost: test.me.plz"), "{yml}");
+    assert!(
+        yml.contains("externalHost: cp.legacy.kyma.example.com"),
+        "{yml}"
+    );
 }
 
 /// Creates the module's default CR.

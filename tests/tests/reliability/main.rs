@@ -170,15 +170,13 @@ async fn two_controller_replicas_only_the_leader_reconciles_and_a_standby_takes_
     let cp = control_plane();
     let admin = cp.admin().await.expect("admin");
     install_our_crds(&admin).await;
-    for f in [
-        "crds/istio.io.yaml",
-        "crds/services.cloud.sap.com_serviceinstances.yaml",
-        "crds/services.cloud.sap.com_servicebindings.yaml",
-    ] {
-        manifest::apply_file(&admin, &common::reference(f), None)
-            .await
-            .expect("CRDs");
-    }
+    cp_tests::fixtures::apply(
+        &admin,
+        &[cp_tests::fixtures::ISTIO_CRDS, cp_tests::fixtures::BTP_CRDS],
+        None,
+    )
+    .await
+    .expect("CRDs");
     for ns in ["kyma-system", "istio-system"] {
         cp_tests::cluster::ensure_namespace(&admin, ns)
             .await

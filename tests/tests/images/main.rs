@@ -1,0 +1,322 @@
+//! The images `make images` builds, run with podman the way their Deployments run them: the webhook
+//! image serves admission for a real API server, the controller image reconciles the default CR to
+//! Ready, both answer `--help`/`--version`, the controller resolves names without NSS libraries, and
+//! neither image has a shell.
+#![forbid(unsafe_code)]
+
+use std::net::UdpSocket;
+use std::time::Duration;
+
+use cp_api::{ConnectivityProxy, names};
+use cp_tests::cluster::{Identity, ensure_namespace, free_port};
+use cp_tests::container::{self, Container, ContainerSpec, image, podman};
+use cp_tests::webhook::{Webhook, http_get};
+use cp_tests::{ControlPlane, fixtures, manifest};
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+fn out_text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn run_image(image: &str, extra: &[&str]) -> std::process::Output {
+    container::require_image(image).expect("image");
+    let mut args = vec!["run", "--rm", "--label", container::LABEL, "--network=host"];
+    args.extend(container::ULIMITS);
+    args.push(image);
+    args.extend(extra);
+    podman(&args).expect("podman run")
+}
+
+#[test]
+fn images_answer_help_and_version_and_have_no_shell() {
+    for name in ["webhook", "controller"] {
+        let img = image(name);
+        let v = run_image(&img, &["--version"]);
+        assert!(v.status.success(), "{img} --version: {}", out_text(&v));
+        assert_eq!(
+            String::from_utf8_lossy(&v.stdout).trim(),
+            format!("cp-{name} {}", cp_api::defaults::RELEASE),
+            "{img} --version"
+        );
+        let h = run_image(&img, &["--help"]);
+        assert!(h.status.success(), "{img} --help: {}", out_text(&h));
+        assert!(
+            String::from_utf8_lossy(&h.stdout).contains("--metrics-addr"),
+            "{img} --help"
+        );
+
+        let user =
+            podman(&["image", "inspect", "--format", "{{.Config.User}}", &img]).expect("inspect");
+        assert_eq!(
+            String::from_utf8_lossy(&user.stdout).trim(),
+            "65532:65532",
+            "{img} user"
+        );
+        let mut args = vec![
+            "run",
+            "--rm",
+            "--label",
+            container::LABEL,
+            "--entrypoint",
+            "/bin/sh",
+        ];
+        args.extend(container::ULIMITS);
+        args.extend([img.as_str(), "-c", "true"]);
+        let sh = podman(&args).expect("podman run");
+        assert!(!sh.status.success(), "{img} has a shell: {}", out_text(&sh));
+    }
+}
+
+/// Answers every A query on `addr` with `answer` (a DNS server of a few lines, for the lookup test).
+fn serve_dns(sock: UdpSocket, answer: [u8; 4]) {
+    let mut buf = [0u8; 512];
+    while let Ok((n, peer)) = sock.recv_from(&mut buf) {
+        if n < 12 {
+            continue;
+        }
+        // Header: same id, response + recursion available, one question, one answer for A queries.
+        let q = &buf[12..n];
+        let Some(end) = q.iter().position(|&b| b == 0) else {
+            continue;
+        };
+        let qtype = u16::from_be_bytes([
+            q.get(end + 1).copied().unwrap_or(0),
+            q.get(end + 2).copied().unwrap_or(0),
+        ]);
+        let question = &q[..(end + 5).min(q.len())];
+        let mut resp = Vec::with_capacity(64);
+        resp.extend_from_slice(&buf[0..2]);
+        resp.extend_from_slice(&[0x81, 0x80, 0, 1, 0, u8::from(qtype == 1), 0, 0, 0, 0]);
+        resp.extend_from_slice(question);
+        if qtype == 1 {
+            resp.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+            resp.extend_from_slice(&answer);
+        }
+        let _ = sock.send_to(&resp, peer);
+    }
+}
+
+#[test]
+fn controller_image_resolves_names_without_nss_libraries() {
+    // A DNS server on a loopback address of its own, named in a resolv.conf mounted into the container
+    // (the image has no NSS libraries; the controller resolves in-process).
+    let sock = UdpSocket::bind("127.0.53.53:53").expect("bind 127.0.53.53:53 (needs root)");
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    std::thread::spawn(move || serve_dns(sock, [127, 0, 0, 77]));
+    let dir = std::env::temp_dir().join(format!("cp-images-dns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let resolv = dir.join("resolv.conf");
+    std::fs::write(
+        &resolv,
+        "nameserver 127.0.53.53\noptions timeout:2 attempts:2\n",
+    )
+    .expect("resolv.conf");
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 localhost\n").expect("hosts");
+    let mount = format!("--volume={}:/etc/resolv.conf:ro", resolv.display());
+    let mount_hosts = format!("--volume={}:/etc/hosts:ro", hosts.display());
+    let img = image("controller");
+    let mut args = vec![
+        "run",
+        "--rm",
+        "--label",
+        container::LABEL,
+        "--network=host",
+        &mount,
+        &mount_hosts,
+    ];
+    args.extend(container::ULIMITS);
+    args.extend([img.as_str(), "--check-dns", "connectivity.cp-test.example"]);
+    let out = podman(&args).expect("podman run");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "lookup failed: {}", out_text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "127.0.0.77",
+        "{}",
+        out_text(&out)
+    );
+}
+
+#[tokio::test]
+async fn images_run_the_module_against_the_api_server() {
+    container::remove_leftovers().expect("podman");
+    let cp = ControlPlane::shared().expect("control plane");
+    let admin = cp.admin().await.expect("admin");
+    for dir in ["manifests/crds"] {
+        let path = cp_tests::workspace_root().join(dir);
+        for entry in std::fs::read_dir(&path).expect("crds") {
+            manifest::apply_file(&admin, &entry.expect("entry").path(), None)
+                .await
+                .expect("our CRDs");
+        }
+    }
+    fixtures::apply(&admin, &[fixtures::ISTIO_CRDS, fixtures::BTP_CRDS], None)
+        .await
+        .expect("CRDs");
+    for ns in [names::KYMA_SYSTEM, names::ISTIO_NAMESPACE] {
+        ensure_namespace(&admin, ns).await.expect("namespace");
+    }
+    let shoot_info = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": names::SHOOT_INFO, "namespace": names::SHOOT_INFO_NAMESPACE},
+        "data": {"domain": "images.kyma.example.com"}});
+    manifest::apply_object(
+        &admin,
+        serde_json::from_value(shoot_info).expect("cm"),
+        None,
+    )
+    .await
+    .expect("shoot-info");
+    for rbac in [
+        "manifests/rbac/controller.yaml",
+        "manifests/rbac/webhook.yaml",
+    ] {
+        manifest::apply_file(&admin, &cp_tests::workspace_root().join(rbac), None)
+            .await
+            .expect("RBAC");
+    }
+    let sa = |name: &str| Identity::ServiceAccount {
+        namespace: names::KYMA_SYSTEM.into(),
+        name: name.into(),
+    };
+
+    // The controller image, as its Deployment runs it.
+    let mut spec =
+        ContainerSpec::from_deployment("manifests/controller/deployment.yaml", "controller")
+            .expect("spec");
+    assert!(
+        spec.read_only && spec.drop_all_caps && spec.no_new_privileges,
+        "{spec:?}"
+    );
+    let metrics = format!("127.0.0.1:{}", free_port().expect("port"));
+    spec.set_arg("--metrics-addr", &metrics).expect("arg");
+    let kc = cp
+        .write_kubeconfig(
+            "image-controller.kubeconfig",
+            &sa("connectivity-proxy-controller"),
+        )
+        .await
+        .expect("kubeconfig");
+    let _controller = Container::start(
+        &cp,
+        "image-controller",
+        &image("controller"),
+        &spec,
+        &kc,
+        &["--webhook-ips=127.0.0.1"],
+    )
+    .expect("controller container");
+    wait_ready(&cp, "image-controller", &metrics).await;
+
+    // The webhook image, serving the certificate the controller issues.
+    let mut spec = ContainerSpec::from_deployment("manifests/webhook/deployment.yaml", "webhook")
+        .expect("spec");
+    assert!(
+        spec.read_only && spec.drop_all_caps && spec.no_new_privileges,
+        "{spec:?}"
+    );
+    let addr = format!("127.0.0.1:{}", free_port().expect("port"));
+    let wmetrics = format!("127.0.0.1:{}", free_port().expect("port"));
+    spec.set_arg("--addr", &addr).expect("arg");
+    spec.set_arg("--metrics-addr", &wmetrics).expect("arg");
+    let kc = cp
+        .write_kubeconfig(
+            "image-webhook.kubeconfig",
+            &sa("connectivity-proxy-webhook"),
+        )
+        .await
+        .expect("kubeconfig");
+    let _webhook = Container::start(&cp, "image-webhook", &image("webhook"), &spec, &kc, &[])
+        .expect("webhook container");
+    wait_ready(&cp, "image-webhook", &wmetrics).await;
+    let wh = Webhook {
+        url: format!("https://{addr}"),
+        metrics_addr: wmetrics.clone(),
+        ca: None,
+        cert_file: cp.dir.join("unused.crt"),
+        key_file: cp.dir.join("unused.key"),
+    };
+    wh.register(&admin).await.expect("register");
+
+    // The default CR, admitted through the webhook image (the first tries can precede the CA bundle).
+    let cr_path = fixtures::default_cr_path();
+    cp_tests::wait::until(
+        "the default CR admitted through the webhook image",
+        Duration::from_secs(60),
+        || {
+            let (admin, cr_path) = (admin.clone(), cr_path.clone());
+            async move {
+                manifest::apply_file(&admin, &cr_path, Some(names::KYMA_SYSTEM))
+                    .await
+                    .map(|_| Some(()))
+                    .map_err(|e| format!("{e:#}"))
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\nwebhook log:\n{}", cp.log_tail("image-webhook", 20)));
+    let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    let cr = api.get("connectivity-proxy").await.expect("CR");
+    assert!(
+        cr.spec.deployment.is_some(),
+        "the webhook image injected spec.deployment"
+    );
+
+    cp_tests::fakes::play_until_ready(
+        &admin,
+        names::KYMA_SYSTEM,
+        "connectivity-proxy",
+        "11111111-2222-4333-8444-555555555555",
+        "images-subdomain",
+        Duration::from_secs(90),
+    )
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\ncontroller log:\n{}",
+            cp.log_tail("image-controller", 30)
+        )
+    });
+
+    // A protected edit by a user is refused by the webhook image, naming the field.
+    let err = api
+        .patch(
+            "connectivity-proxy",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"deployment": {"replicaCount": 5}}})),
+        )
+        .await
+        .expect_err("protected edit refused");
+    assert!(
+        err.to_string().contains("spec.deployment.replicaCount"),
+        "{err}"
+    );
+    let (code, body) = http_get(&wmetrics, "/metrics").await.expect("metrics");
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("cp_build_info") || body.contains("build_info"),
+        "metrics: {body:.200}"
+    );
+}
+
+async fn wait_ready(cp: &ControlPlane, name: &str, addr: &str) {
+    cp_tests::wait::until(
+        &format!("{name} /readyz"),
+        Duration::from_secs(60),
+        || async move {
+            match http_get(addr, "/readyz").await {
+                Ok((200, _)) => Ok(Some(())),
+                Ok((code, body)) => Err(format!("{code} {body}")),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{name} log:\n{}", cp.log_tail(name, 30)));
+}
