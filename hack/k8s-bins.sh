@@ -25,7 +25,8 @@ build() { # dir package output [ldflags]
   local ticker=$!
   local rc=0
   (cd "$root/tests/k8s-bins/$1" && go build -trimpath -ldflags="${4:--s -w}" -o "$out.tmp" "$2") || rc=$?
-  kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
   if [ "$rc" != 0 ]; then
     echo "error: building $3 from tests/k8s-bins/$1 failed (go build exit $rc); the output above says why" >&2
     exit "$rc"

@@ -1031,10 +1031,8 @@ async fn legacy_cluster(
     extra: usize,
 ) -> anyhow::Result<BTreeMap<String, (String, Value)>> {
     install_prerequisites(admin, LEGACY_DOMAIN).await?;
+    cp_tests::fixtures::apply(admin, &cp_tests::fixtures::LEGACY_CRDS, None).await?;
     cp_tests::fixtures::apply(admin, &cp_tests::fixtures::LEGACY_INSTALL, Some(NS)).await?;
-    manifest::apply_yaml(admin, &cp_tests::fakes::legacy_extras_yaml(NS), Some(NS))
-        .await
-        .context("applying the other legacy objects")?;
     let labels: BTreeMap<String, String> = [("owner".to_string(), "team-erp".to_string())].into();
     let mappings = (0..5 + extra)
         .map(|i| {
@@ -1048,6 +1046,7 @@ async fn legacy_cluster(
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let (created, _) = create_mappings(admin, mappings).await?;
+    cp_tests::fixtures::apply(admin, &[cp_tests::fixtures::LEGACY_WEBHOOK], None).await?;
     created
         .into_iter()
         .map(|m| {

@@ -30,6 +30,8 @@ use kube::{Api, Client};
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Resolve this host name the way the Connectivity CA fetch does (in-process resolver reading
     /// /etc/resolv.conf and /etc/hosts), print its addresses and exit: a diagnostic for the image,
     /// which has no shell.
@@ -106,6 +108,72 @@ struct Args {
     cert_manager_issuer: Option<String>,
 }
 
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Preview the takeover of a legacy reconciler installation in the cluster of the current
+    /// kubeconfig, read-only: the spec.config it would import, the backups it would write, every legacy
+    /// object it would delete, adopt or keep, the ServiceMappings it would take over, and every blocker
+    /// with its fix. Exits 0 when the takeover can proceed (or there is nothing to take over), 2 when
+    /// it is blocked, 1 when the cluster could not be read.
+    MigratePlan {
+        /// Namespace of the module's CR (and of the legacy installation).
+        #[arg(long, default_value = "kyma-system")]
+        namespace: String,
+        /// Name of the module's CR; when it does not exist yet, the module's default CR is assumed.
+        #[arg(long, default_value = "connectivity-proxy")]
+        name: String,
+        /// `text` for people, `json` for scripts.
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        output: String,
+    },
+}
+
+/// `migrate-plan`: reads, plans, prints; never writes.
+async fn migrate_plan(namespace: &str, name: &str, output: &str) -> anyhow::Result<()> {
+    let client = Client::try_default()
+        .await
+        .context("building the Kubernetes client from the current kubeconfig")?;
+    let cr = Api::<ConnectivityProxy>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading ConnectivityProxy {namespace}/{name}"))?;
+    let (spec, id) = match cr {
+        Some(cr) => {
+            let id = cr
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(cp_controller::migration::TAKEOVER_ID_ANNOTATION))
+                .cloned()
+                .unwrap_or_else(|| "<takeover id>".into());
+            (cr.spec, id)
+        }
+        None => (
+            serde_json::from_value(serde_json::json!({"config": {
+                "servers": {"businessDataTunnel": {"externalHost": names::AUTO_PROVISION}},
+                "subaccountId": names::AUTO_PROVISION, "subaccountSubdomain": names::AUTO_PROVISION},
+                "ingress": {"tls": {"secretName": names::AUTO_PROVISION}},
+                "secretConfig": {"integration": {"connectivityService": {"secretName": names::AUTO_PROVISION}}}}))
+            .context("the default CR")?,
+            "<takeover id>".to_string(),
+        ),
+    };
+    let gather_id = if id.starts_with('<') { "" } else { id.as_str() };
+    let facts = cp_controller::migration::plan::gather(&client, namespace, gather_id)
+        .await
+        .context("reading the cluster")?;
+    let plan = cp_controller::migration::plan::plan(&spec, &facts, &id);
+    if output == "json" {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+    } else {
+        print!("{}", cp_controller::migration::plan::render_text(&plan));
+    }
+    if !plan.blockers.is_empty() {
+        std::process::exit(2);
+    }
+    Ok(())
+}
+
 #[derive(Clone)]
 struct Health {
     metrics: Arc<Metrics>,
@@ -118,6 +186,15 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(Command::MigratePlan {
+        namespace,
+        name,
+        output,
+    }) = &args.command
+    {
+        return migrate_plan(namespace, name, output).await;
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -125,7 +202,6 @@ async fn run() -> anyhow::Result<()> {
         )
         .json()
         .init();
-    let args = Args::parse();
     if let Some(host) = &args.check_dns {
         let resolver =
             cp_controller::connectivity_ca::Resolver::from_system().map_err(anyhow::Error::msg)?;

@@ -139,22 +139,20 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
             status::write(ctx, cr, &computed).await?;
             return Ok(next_step);
         }
-        crate::migration::Outcome::Blocked(e) => {
+        crate::migration::Outcome::Blocked(blockers) => {
+            let list: Vec<String> = blockers.iter().map(ToString::to_string).collect();
             let msg = format!(
-                "cannot import the legacy configuration: {}: {}; nothing was changed",
-                e.field, e.message
+                "the takeover of the legacy installation is blocked; the legacy installation keeps running untouched until this is fixed: {} (preview with `cp-controller migrate-plan`)",
+                list.join("; ")
             );
             let computed = Computed::blocked(
-                State::Error,
+                State::Warning,
                 vec![],
-                Cond::failed(
-                    types::CONFIGURATION,
-                    "LegacyConfigurationNotImportable",
-                    msg,
-                ),
+                Cond::failed(types::CONFIGURATION, "LegacyMigrationBlocked", msg),
             );
             status::write(ctx, cr, &computed).await?;
-            return Ok(resync);
+            // What blocks is outside the CR (legacy ConfigMaps, mappings): look again soon.
+            return Ok(Action::requeue(std::time::Duration::from_secs(10)));
         }
     }
 

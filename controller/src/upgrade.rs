@@ -28,6 +28,22 @@ fn merge(target: &mut Value, over: &Value) {
     }
 }
 
+/// A merge patch keeps keys it does not mention: at every depth, a key of `current` the new defaults
+/// do not have is set to null, so nothing of the old defaults (a pinned `image.digest`, a
+/// `pullSecret`) outlives the upgrade.
+fn clear_missing(current: &Value, new: &mut Value) {
+    if let (Value::Object(cur), Value::Object(new)) = (current, new) {
+        for (k, v) in cur {
+            match new.get_mut(k) {
+                Some(n) => clear_missing(v, n),
+                None => {
+                    new.insert(k.clone(), Value::Null);
+                }
+            }
+        }
+    }
+}
+
 /// Identifies a set of defaults: the release and a hash of the values.
 pub fn defaults_id(defaults: &Value) -> String {
     format!(
@@ -49,12 +65,7 @@ pub async fn ensure_release_defaults(
     }
     let current = serde_json::to_value(&cr.spec.deployment)?;
     let mut deployment = release.clone();
-    // A merge patch keeps keys it does not mention: clear the ones the new defaults do not have.
-    if let (Value::Object(cur), Value::Object(new)) = (&current, &mut deployment) {
-        for k in cur.keys() {
-            new.entry(k.clone()).or_insert(Value::Null);
-        }
-    }
+    clear_missing(&current, &mut deployment);
     let patch = json!({
         "metadata": {"annotations": {defaults::DEFAULTS_RELEASE_ANNOTATION: id}},
         "spec": {"deployment": deployment},
@@ -69,4 +80,22 @@ pub async fn ensure_release_defaults(
         .map_err(|e| Error::kube("moving spec.deployment to this release's defaults", e))?;
     tracing::info!(release = %id, "spec.deployment moved to this release's defaults");
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upgrade_clears_nested_values_the_new_defaults_do_not_have() {
+        let current = json!({"image": {"registry": "r", "tag": "1", "digest": "sha256:old", "pullSecret": "s"},
+            "nodeSelector": {"a": "b"}, "replicaCount": 1});
+        let mut new = json!({"image": {"registry": "r", "tag": "2"}, "replicaCount": 1});
+        clear_missing(&current, &mut new);
+        assert_eq!(
+            new,
+            json!({"image": {"registry": "r", "tag": "2", "digest": null, "pullSecret": null},
+                "nodeSelector": null, "replicaCount": 1})
+        );
+    }
 }

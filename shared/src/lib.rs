@@ -16,6 +16,7 @@ pub mod names;
 pub mod policy;
 pub mod status;
 pub mod validation;
+pub mod yaml11;
 
 pub use cp::{ConnectivityProxy, ConnectivityProxySpec};
 pub use mapping::{ServiceMapping, ServiceMappingSpec};

@@ -98,38 +98,6 @@ pub async fn mark_statefulset_ready(admin: &Client, ns: &str) -> anyhow::Result<
     Ok(())
 }
 
-/// Objects the legacy reconciler left in `ns` besides the reference fixtures: its Istio Gateway and
-/// VirtualService, the sm-operator Deployment and the tunnel Service (YAML for `manifest::apply_yaml`).
-pub fn legacy_extras_yaml(ns: &str) -> String {
-    format!(
-        r#"
-apiVersion: networking.istio.io/v1
-kind: Gateway
-metadata: {{name: kyma-gateway-cc, namespace: {ns}, labels: {{"reconciler.kyma-project.io/managed-by": reconciler}}}}
-spec: {{selector: {{istio: ingressgateway}}, servers: [{{hosts: [cp.legacy.kyma.example.com], port: {{name: https, number: 443, protocol: HTTPS}}}}]}}
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {{name: cc-proxy, namespace: {ns}, labels: {{"reconciler.kyma-project.io/managed-by": reconciler}}}}
-spec: {{hosts: [cp.legacy.kyma.example.com]}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: connectivity-proxy-sm-operator, namespace: {ns}, labels: {{"reconciler.kyma-project.io/managed-by": reconciler}}}}
-spec:
-  selector: {{matchLabels: {{app: sm-operator}}}}
-  template:
-    metadata: {{labels: {{app: sm-operator}}}}
-    spec: {{containers: [{{name: op, image: legacy/sm-operator:1}}]}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: connectivity-proxy-tunnel, namespace: {ns}, labels: {{app: connectivity-proxy}}}}
-spec: {{selector: {{app: connectivity-proxy, release: connectivity-proxy}}, ports: [{{name: tunnel, port: 8042}}]}}
-"#
-    )
-}
-
 /// Plays what a local control plane lacks for CR `ns/cr` (the SAP BTP service operator once, when the
 /// CR waits for its service key; the StatefulSet's kubelets, whenever it waits for them) until the CR
 /// is Ready, or fails after `timeout` with the CR's last state and reasons.

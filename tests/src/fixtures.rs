@@ -16,12 +16,26 @@ pub const BTP_CRDS: &str = "crds/btp-operator.yaml";
 pub const GARDENER_CERT_CRD: &str = "crds/gardener-certificate.yaml";
 /// cert-manager's Certificate CRD.
 pub const CERT_MANAGER_CRD: &str = "crds/cert-manager-certificate.yaml";
-/// The legacy reconciler's objects in `kyma-system`.
-pub const LEGACY_INSTALL: [&str; 3] = [
+/// Everything the legacy reconciler left in a cluster but its ServiceMapping webhook registration
+/// ([`LEGACY_WEBHOOK`], applied once the mappings exist, as in a live cluster). Needs the Istio and
+/// Gardener Certificate CRDs ([`LEGACY_CRDS`]).
+pub const LEGACY_INSTALL: [&str; 10] = [
     "legacy-install/statefulset.yaml",
     "legacy-install/configmap.yaml",
     "legacy-install/configmap-info.yaml",
+    "legacy-install/configmap-service-mappings.yaml",
+    "legacy-install/workloads.yaml",
+    "legacy-install/services.yaml",
+    "legacy-install/istio.yaml",
+    "legacy-install/secrets.yaml",
+    "legacy-install/priorityclass.yaml",
+    "legacy-install/gardener-certificate.yaml",
 ];
+/// The legacy ServiceMapping validator's registration (`failurePolicy: Fail`, its Service has no
+/// endpoints here: while it exists every ServiceMapping write fails).
+pub const LEGACY_WEBHOOK: &str = "legacy-install/webhook.yaml";
+/// The third-party CRDs a legacy installation needs.
+pub const LEGACY_CRDS: [&str; 3] = [ISTIO_CRDS, BTP_CRDS, GARDENER_CERT_CRD];
 /// The legacy configuration ConfigMap alone.
 pub const LEGACY_CONFIG: &str = "legacy-install/configmap.yaml";
 

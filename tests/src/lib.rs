@@ -14,6 +14,7 @@ pub mod fixtures;
 pub mod manifest;
 pub mod wait;
 pub mod webhook;
+pub mod yaml11;
 
 pub use cluster::{ControlPlane, Identity};
 

@@ -66,7 +66,7 @@ pub fn render_config(cr: &ConnectivityProxy, resolved: &Resolved) -> String {
             cfg[key] = default;
         }
     }
-    serde_yaml::to_string(&cfg).unwrap_or_default()
+    cp_api::yaml11::to_string(&cfg)
 }
 
 /// All mappings as deterministic JSON (sorted by name; fields in a fixed order).

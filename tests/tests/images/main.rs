@@ -25,7 +25,9 @@ fn out_text(o: &std::process::Output) -> String {
 
 fn run_image(image: &str, extra: &[&str]) -> std::process::Output {
     container::require_image(image).expect("image");
-    let mut args = vec!["run", "--rm", "--label", container::LABEL, "--network=host"];
+    // No network of its own: podman's default bridge would put a private-range address in the root
+    // network namespace.
+    let mut args = vec!["run", "--rm", "--label", container::LABEL, "--network=none"];
     args.extend(container::ULIMITS);
     args.push(image);
     args.extend(extra);

@@ -22,13 +22,9 @@ pub type MappingSnapshot = BTreeMap<String, (String, serde_json::Value)>;
 /// Installs the CRDs and a legacy installation; returns the mappings as they were.
 pub async fn legacy_cluster(admin: &Client) -> MappingSnapshot {
     install_our_crds(admin).await;
-    cp_tests::fixtures::apply(
-        admin,
-        &[cp_tests::fixtures::ISTIO_CRDS, cp_tests::fixtures::BTP_CRDS],
-        None,
-    )
-    .await
-    .expect("CRDs");
+    cp_tests::fixtures::apply(admin, &cp_tests::fixtures::LEGACY_CRDS, None)
+        .await
+        .expect("CRDs");
     for ns in [NS, "istio-system"] {
         ensure_namespace(admin, ns).await.expect("namespace");
     }
@@ -39,10 +35,6 @@ pub async fn legacy_cluster(admin: &Client) -> MappingSnapshot {
     cp_tests::fixtures::apply(admin, &cp_tests::fixtures::LEGACY_INSTALL, Some(NS))
         .await
         .expect("legacy fixture");
-    let extras = cp_tests::fakes::legacy_extras_yaml(NS);
-    manifest::apply_yaml(admin, &extras, Some(NS))
-        .await
-        .expect("legacy extras");
     let api: Api<ServiceMapping> = Api::all(admin.clone());
     let mut snapshot = BTreeMap::new();
     for i in 0..5 {
@@ -69,7 +61,71 @@ pub async fn legacy_cluster(admin: &Client) -> MappingSnapshot {
             ),
         );
     }
+    // As in a live cluster: the legacy validator is registered while the mappings exist.
+    cp_tests::fixtures::apply(admin, &[cp_tests::fixtures::LEGACY_WEBHOOK], None)
+        .await
+        .expect("legacy webhook registration");
     snapshot
+}
+
+/// The backup of `ns/name` written by the CR's current takeover.
+pub async fn backup_of(admin: &Client, name: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    let cr: ConnectivityProxy = Api::namespaced(admin.clone(), NS)
+        .get("connectivity-proxy")
+        .await
+        .expect("CR");
+    let id = cr
+        .annotations()
+        .get(cp_controller::migration::TAKEOVER_ID_ANNOTATION)
+        .cloned()
+        .expect("takeover id on the CR");
+    let backups: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(admin.clone(), cp_controller::migration::BACKUP_NAMESPACE);
+    let b = backups
+        .get(&cp_controller::migration::plan::backup_name(name, &id))
+        .await
+        .unwrap_or_else(|e| panic!("backup of {name} for takeover {id}: {e}"));
+    assert_eq!(
+        b.annotations()
+            .get(cp_controller::migration::BACKUP_OF_ANNOTATION)
+            .map(String::as_str),
+        Some(format!("{NS}/{name}").as_str())
+    );
+    b
+}
+
+/// No object of the legacy installation is left: each is gone or (same-name objects) the operator's.
+pub async fn assert_nothing_legacy_left(admin: &Client) {
+    use cp_controller::migration::legacy::{Action, LEGACY_KINDS};
+    let mut left = Vec::new();
+    for k in LEGACY_KINDS {
+        let ar = k.api_resource();
+        let api: Api<DynamicObject> = match k.namespace(NS) {
+            Some(n) => Api::namespaced_with(admin.clone(), n, &ar),
+            None => Api::all_with(admin.clone(), &ar),
+        };
+        for name in k.names {
+            let Some(o) = api.get_opt(name).await.expect("get") else {
+                continue;
+            };
+            let ours = o
+                .labels()
+                .get("app.kubernetes.io/managed-by")
+                .map(String::as_str)
+                == Some("connectivity-proxy-operator");
+            let legacy_label = o
+                .labels()
+                .contains_key("reconciler.kyma-project.io/managed-by");
+            let ok = match k.action {
+                Action::Delete | Action::ServiceKey => ours,
+                Action::Adopt => ours && !legacy_label,
+            };
+            if !ok {
+                left.push(format!("{} {name}", k.kind));
+            }
+        }
+    }
+    assert!(left.is_empty(), "legacy objects left: {left:?}");
 }
 
 /// Everything the takeover must have achieved.
@@ -100,12 +156,7 @@ pub async fn assert_taken_over(admin: &Client, before: &MappingSnapshot, http_po
         "the import is recorded"
     );
 
-    let backups: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(admin.clone(), "connectivity-proxy-backup");
-    let b = backups
-        .get("connectivity-proxy")
-        .await
-        .expect("backup of the config");
+    let b = backup_of(admin, "connectivity-proxy").await;
     let original =
         std::fs::read_to_string(fixture(cp_tests::fixtures::LEGACY_CONFIG)).expect("fixture");
     let original: serde_json::Value = serde_yaml::from_str(&original).expect("yaml");
@@ -117,10 +168,7 @@ pub async fn assert_taken_over(admin: &Client, before: &MappingSnapshot, http_po
         original["data"]["connectivity-proxy-config.yml"].as_str(),
         "the backup holds the legacy config byte for byte"
     );
-    backups
-        .get("connectivity-proxy-info")
-        .await
-        .expect("backup of the info");
+    backup_of(admin, "connectivity-proxy-info").await;
 
     let mappings: Api<ServiceMapping> = Api::all(admin.clone());
     for (name, (uid, spec)) in before {
@@ -146,42 +194,21 @@ pub async fn assert_taken_over(admin: &Client, before: &MappingSnapshot, http_po
             "{name} user label kept"
         );
     }
-    for (ar, name) in [
-        (
-            ("networking.istio.io", "v1", "Gateway", "gateways"),
-            "kyma-gateway-cc",
-        ),
-        (
-            (
-                "networking.istio.io",
-                "v1",
-                "VirtualService",
-                "virtualservices",
-            ),
-            "cc-proxy",
-        ),
-        (
-            ("apps", "v1", "Deployment", "deployments"),
-            "connectivity-proxy-sm-operator",
-        ),
-    ] {
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            admin.clone(),
-            NS,
-            &kube::api::ApiResource {
-                group: ar.0.into(),
-                version: ar.1.into(),
-                api_version: format!("{}/{}", ar.0, ar.1),
-                kind: ar.2.into(),
-                plural: ar.3.into(),
-            },
-        );
-        assert!(
-            api.get_opt(name).await.expect("get").is_none(),
-            "legacy {} {name} still there",
-            ar.2
-        );
-    }
+    assert_nothing_legacy_left(admin).await;
+    // ServiceMappings stay writable: the legacy validator (failurePolicy Fail) is gone.
+    let fresh: ServiceMapping = serde_json::from_value(json!({"apiVersion": "connectivityproxy.sap.com/v1",
+        "kind": "ServiceMapping", "metadata": {"name": "after-takeover"},
+        "spec": {"type": "TCP", "serviceId": "after-takeover", "subaccountId": "3f1c0d6e-8a2b-4c7d-9e10-5b6a7c8d9e0f",
+            "internalAddress": "after.takeover:3300"}}))
+    .expect("mapping");
+    mappings
+        .create(&PostParams::default(), &fresh)
+        .await
+        .expect("a ServiceMapping can be created after the takeover");
+    mappings
+        .delete("after-takeover", &Default::default())
+        .await
+        .expect("and deleted");
     let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(admin.clone(), NS);
     let sts = sts.get("connectivity-proxy").await.expect("StatefulSet");
     assert_eq!(
@@ -262,4 +289,79 @@ pub async fn wait_step(admin: &Client, (what, reached): Step, within: Duration) 
 pub async fn finish(admin: &Client) {
     wait_step(admin, STEPS[2], Duration::from_secs(30)).await;
     crate::support::make_ready(admin, NS, "connectivity-proxy").await;
+}
+
+/// Rewrites the legacy ConfigMap `name`'s `key` with `edit` (the legacy installation changed by hand).
+pub async fn edit_legacy_configmap(
+    admin: &Client,
+    name: &str,
+    key: &str,
+    edit: impl Fn(&str) -> String,
+) {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(admin.clone(), NS);
+    let cm = api.get(name).await.expect("legacy ConfigMap");
+    let old = cm
+        .data
+        .unwrap_or_default()
+        .get(key)
+        .cloned()
+        .unwrap_or_default();
+    let patch = json!({"data": {key: edit(&old)}});
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .expect("edit legacy ConfigMap");
+}
+
+/// Runs `cp-controller migrate-plan <args>` as an SRE with cluster-admin rights; returns the exit code
+/// and stdout, and fails if the run wrote anything (audit log).
+pub async fn migrate_plan(cp: &cp_tests::ControlPlane, args: &[&str]) -> (i32, String) {
+    let identity = cp_tests::Identity::User {
+        name: "sre-preview".into(),
+        groups: vec!["system:masters".into()],
+    };
+    let kubeconfig = cp
+        .write_kubeconfig("sre-preview.kubeconfig", &identity)
+        .await
+        .expect("kubeconfig");
+    let offset = cp.audit_offset();
+    let bin = cp_tests::own_bin_dir().join("cp-controller");
+    let out = tokio::process::Command::new(bin)
+        .arg("migrate-plan")
+        .args(args)
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .await
+        .expect("cp-controller migrate-plan");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    // A marker write after the run: once the audit log holds it, it holds any write the run made.
+    let admin = cp.admin().await.expect("admin");
+    let marker = format!("audit-marker-{offset}");
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": marker, "namespace": "default"}});
+    manifest::apply_object(&admin, serde_json::from_value(cm).expect("cm"), None)
+        .await
+        .expect("marker");
+    let all = cp_tests::wait::until(
+        "the marker in the audit log",
+        Duration::from_secs(10),
+        || {
+            let marker = marker.clone();
+            async move {
+                let w = cp.audit_writes_since(offset).map_err(|e| e.to_string())?;
+                Ok(w.iter().any(|w| w.name == marker).then_some(w))
+            }
+        },
+    )
+    .await
+    .expect("audit log");
+    let writes: Vec<_> = all
+        .into_iter()
+        .filter(|w| w.user == "sre-preview")
+        .collect();
+    assert!(writes.is_empty(), "migrate-plan wrote: {writes:?}");
+    (out.status.code().unwrap_or(-1), format!("{stdout}{stderr}"))
 }

@@ -1,0 +1,316 @@
+//! Taking over an installation left by the legacy reconciler. [`plan`] decides (read-only, pure
+//! where it can be): what to import into the CR, what to back up, what to delete, adopt or keep, and
+//! what blocks the takeover. [`migrate`] carries it out one step per reconcile, each step checking its
+//! own state first, so a crash at any point resumes where it stopped and loses nothing:
+//! start (takeover id) → backups → import (validated first) → teardown (the legacy ServiceMapping
+//! webhook first) → done.
+
+pub mod import;
+pub mod legacy;
+pub mod plan;
+
+use std::collections::BTreeMap;
+
+use cp_api::{ConnectivityProxy, names};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+pub use import::{ImportError, import};
+pub use plan::{BACKUP_NAMESPACE, Blocker, Plan};
+
+use crate::Error;
+use legacy::{Action, LEGACY_KINDS, LEGACY_SERVICE_KEY};
+
+/// CR annotation: `in-progress` or `done`.
+pub const MIGRATION_ANNOTATION: &str = "connectivityproxy.sap.com/legacy-migration";
+/// CR annotation recording the import of the legacy configuration (the imported field paths).
+pub const IMPORTED_ANNOTATION: &str = "connectivityproxy.sap.com/legacy-config-imported";
+/// CR annotation: the id of the current takeover, the suffix of its backups.
+pub const TAKEOVER_ID_ANNOTATION: &str = "connectivityproxy.sap.com/legacy-takeover-id";
+/// Annotation on a backup: `<namespace>/<name>` of the original.
+pub const BACKUP_OF_ANNOTATION: &str = "connectivityproxy.sap.com/backup-of";
+
+/// Whether a StatefulSet was left by the legacy reconciler.
+pub fn is_legacy(meta: &kube::api::ObjectMeta) -> bool {
+    let managed_by_us = meta.labels.as_ref().is_some_and(|l| plan::is_ours(l));
+    let reconciler_label = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(names::LEGACY_LABEL_MANAGED_BY))
+        .is_some_and(|v| v == names::LEGACY_MANAGED_BY_VALUE);
+    let disclaimer = meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(names::LEGACY_DISCLAIMER_ANNOTATION));
+    !managed_by_us && (reconciler_label || disclaimer)
+}
+
+/// What the migration step concluded.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Nothing to migrate (or done): continue with the install.
+    NotNeeded,
+    /// A step changed the CR or the cluster; the next reconcile takes the next step.
+    Progressed(&'static str),
+    /// The takeover cannot proceed; the legacy installation was not touched.
+    Blocked(Vec<Blocker>),
+}
+
+/// A takeover id: UTC time to the second, usable in object names.
+fn new_takeover_id() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    format!(
+        "{:04}{:02}{:02}-{:02}{:02}{:02}",
+        now.year(),
+        u8::from(now.month()),
+        now.day(),
+        now.hour(),
+        now.minute(),
+        now.second()
+    )
+}
+
+async fn patch_cr(
+    client: &Client,
+    cr: &ConnectivityProxy,
+    patch: serde_json::Value,
+    what: &str,
+) -> Result<(), Error> {
+    let api: Api<ConnectivityProxy> =
+        Api::namespaced(client.clone(), &cr.namespace().unwrap_or_default());
+    api.patch(
+        &cr.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(|e| Error::kube(what.to_string(), e))?;
+    Ok(())
+}
+
+/// Runs the next migration step, if any.
+pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome, Error> {
+    let ns = cr.namespace().unwrap_or_default();
+    let state = cr.annotations().get(MIGRATION_ANNOTATION).cloned();
+    let id = cr
+        .annotations()
+        .get(TAKEOVER_ID_ANNOTATION)
+        .cloned()
+        .unwrap_or_default();
+    let legacy_present = {
+        let sts = Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), &ns)
+            .get_opt(names::STATEFULSET)
+            .await
+            .map_err(|e| Error::kube("reading the StatefulSet", e))?;
+        sts.as_ref().is_some_and(|s| is_legacy(&s.metadata))
+    };
+    match state.as_deref() {
+        Some("done") if !legacy_present => return Ok(Outcome::NotNeeded),
+        None if !legacy_present => return Ok(Outcome::NotNeeded),
+        // First takeover, or a legacy installation back after a rollback: a new takeover with its
+        // own backups; earlier backups stay as history.
+        Some("done") | None => {
+            let id = new_takeover_id();
+            patch_cr(
+                client,
+                cr,
+                json!({"metadata": {"annotations": {MIGRATION_ANNOTATION: "in-progress",
+                    TAKEOVER_ID_ANNOTATION: id, IMPORTED_ANNOTATION: null}}}),
+                "starting the takeover",
+            )
+            .await?;
+            tracing::info!(takeover = %id, "legacy reconciler installation detected; takeover started");
+            return Ok(Outcome::Progressed("LegacyInstallationDetected"));
+        }
+        _ => {}
+    }
+    if id.is_empty() {
+        // Started by an operator release without takeover ids.
+        patch_cr(
+            client,
+            cr,
+            json!({"metadata": {"annotations": {TAKEOVER_ID_ANNOTATION: new_takeover_id()}}}),
+            "recording the takeover id",
+        )
+        .await?;
+        return Ok(Outcome::Progressed("LegacyTakeoverIdRecorded"));
+    }
+
+    let facts = plan::gather(client, &ns, &id).await?;
+    let plan = plan::plan(&cr.spec, &facts, &id);
+    if !plan.blockers.is_empty() {
+        return Ok(Outcome::Blocked(plan.blockers));
+    }
+    backup(client, &ns, &id, &facts).await?;
+
+    if !cr.annotations().contains_key(IMPORTED_ANNOTATION) {
+        let summary = if plan.imported.is_empty() {
+            "nothing".to_string()
+        } else {
+            plan.imported.join(",")
+        };
+        let mut spec = json!({"config": plan.config});
+        if let Some(secret) = &plan.service_key_secret {
+            spec["secretConfig"] =
+                json!({"integration": {"connectivityService": {"secretName": secret}}});
+        }
+        patch_cr(
+            client,
+            cr,
+            json!({"metadata": {"annotations": {IMPORTED_ANNOTATION: summary}}, "spec": spec}),
+            "importing the legacy configuration into the CR",
+        )
+        .await?;
+        tracing::info!(imported = ?plan.imported, "legacy configuration imported into the CR");
+        return Ok(Outcome::Progressed("LegacyConfigurationImported"));
+    }
+
+    take_over_mapping_crd(client).await?;
+    let shared_key_kept = !plan.keep.is_empty();
+    for found in facts.found.iter().filter(|f| !f.ours) {
+        let Some(kind) = LEGACY_KINDS.get(found.kind_index) else {
+            continue;
+        };
+        let ar = kind.api_resource();
+        let api: Api<DynamicObject> = if found.namespace.is_empty() {
+            Api::all_with(client.clone(), &ar)
+        } else {
+            Api::namespaced_with(client.clone(), &found.namespace, &ar)
+        };
+        match kind.action {
+            Action::Adopt => {
+                // Relabel as ours; the install then applies our content over it.
+                let patch = json!({"metadata": {"labels": {
+                    names::LABEL_MANAGED_BY: names::MANAGED_BY_VALUE,
+                    names::LABEL_MODULE: names::MODULE_VALUE,
+                    names::LEGACY_LABEL_MANAGED_BY: null}}});
+                api.patch(&found.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| Error::kube(format!("adopting legacy {}", found.display()), e))?;
+                tracing::info!(object = %found.display(), "legacy object adopted");
+            }
+            Action::ServiceKey if shared_key_kept => {}
+            Action::Delete | Action::ServiceKey => {
+                match api.delete(&found.name, &DeleteParams::background()).await {
+                    Ok(_) => tracing::info!(object = %found.display(), "legacy object removed"),
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => {
+                        return Err(Error::kube(
+                            format!("removing legacy {}", found.display()),
+                            e,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    patch_cr(
+        client,
+        cr,
+        json!({"metadata": {"annotations": {MIGRATION_ANNOTATION: "done"}}}),
+        "finishing the takeover",
+    )
+    .await?;
+    tracing::info!(takeover = %id, "legacy takeover done");
+    Ok(Outcome::Progressed("LegacyMigrationDone"))
+}
+
+/// The ServiceMapping CRD becomes the module's (metadata only, never deleted).
+async fn take_over_mapping_crd(client: &Client) -> Result<(), Error> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd_name = "servicemappings.connectivityproxy.sap.com";
+    if crds
+        .get_opt(crd_name)
+        .await
+        .map_err(|e| Error::kube("reading the ServiceMapping CRD", e))?
+        .is_some()
+    {
+        let patch = json!({"metadata": {"labels": {names::LABEL_MODULE: names::MODULE_VALUE}}});
+        crds.patch(crd_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::kube("taking over the ServiceMapping CRD", e))?;
+    }
+    Ok(())
+}
+
+/// Writes this takeover's backups of the live legacy ConfigMaps and the legacy service key, each once.
+async fn backup(client: &Client, ns: &str, id: &str, facts: &plan::Facts) -> Result<(), Error> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces
+        .get_opt(BACKUP_NAMESPACE)
+        .await
+        .map_err(|e| Error::kube("reading the backup namespace", e))?
+        .is_none()
+    {
+        let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": BACKUP_NAMESPACE, "labels": names::managed_labels()}});
+        namespaces
+            .patch(
+                BACKUP_NAMESPACE,
+                &PatchParams::apply(names::FIELD_MANAGER),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map_err(|e| Error::kube("creating the backup namespace", e))?;
+    }
+    let meta = |name: &str, original: &str| {
+        json!({"name": plan::backup_name(name, id), "namespace": BACKUP_NAMESPACE, "labels": names::managed_labels(),
+            "annotations": {BACKUP_OF_ANNOTATION: format!("{ns}/{original}"), TAKEOVER_ID_ANNOTATION: id}})
+    };
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), BACKUP_NAMESPACE);
+    for (name, data) in &facts.live {
+        if facts.backups.contains_key(name) {
+            continue;
+        }
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name, name), "data": data});
+        cms.patch(
+            &plan::backup_name(name, id),
+            &PatchParams::apply(names::FIELD_MANAGER),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|e| Error::kube(format!("backing up ConfigMap {name}"), e))?;
+        tracing::info!(
+            name,
+            takeover = id,
+            "legacy ConfigMap backed up to {BACKUP_NAMESPACE}"
+        );
+    }
+    if facts.legacy_service_key {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), BACKUP_NAMESPACE);
+        let backup_name = plan::backup_name(LEGACY_SERVICE_KEY, id);
+        let exists = secrets
+            .get_opt(&backup_name)
+            .await
+            .map_err(|e| Error::kube("reading the service-key backup", e))?
+            .is_some();
+        if !exists
+            && let Some(key) = Api::<Secret>::namespaced(client.clone(), ns)
+                .get_opt(LEGACY_SERVICE_KEY)
+                .await
+                .map_err(|e| Error::kube("reading the legacy service-key Secret", e))?
+        {
+            let data: BTreeMap<String, String> = key
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| {
+                    use base64::Engine;
+                    (k, base64::engine::general_purpose::STANDARD.encode(v.0))
+                })
+                .collect();
+            let body = json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta(LEGACY_SERVICE_KEY, LEGACY_SERVICE_KEY), "data": data});
+            secrets
+                .patch(
+                    &backup_name,
+                    &PatchParams::apply(names::FIELD_MANAGER),
+                    &Patch::Apply(&body),
+                )
+                .await
+                .map_err(|e| Error::kube("backing up the legacy service key", e))?;
+        }
+    }
+    Ok(())
+}

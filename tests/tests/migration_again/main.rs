@@ -1,0 +1,211 @@
+//! Shared tenant mode keeps the user's service key; a rollback to a changed legacy installation and a
+//! second takeover import the legacy ConfigMap as it is then, with the first takeover's backups kept.
+#![forbid(unsafe_code)]
+
+#[allow(dead_code)]
+#[path = "../e2e/common.rs"]
+mod common;
+#[allow(dead_code)]
+#[path = "../legacy/mod.rs"]
+mod legacy;
+#[allow(dead_code)]
+#[path = "../controller/support.rs"]
+mod support;
+
+use std::time::Duration;
+
+use cp_api::ConnectivityProxy;
+use cp_tests::controller::ControllerProcess;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+const CR: &str = "connectivity-proxy";
+
+async fn play_until_ready(admin: &kube::Client) {
+    cp_tests::fakes::play_until_ready(
+        admin,
+        legacy::NS,
+        CR,
+        "unused",
+        "unused",
+        Duration::from_secs(60),
+    )
+    .await
+    .expect("Ready");
+}
+
+async fn config_of(admin: &kube::Client) -> serde_json::Value {
+    let cr = Api::<ConnectivityProxy>::namespaced(admin.clone(), legacy::NS)
+        .get(CR)
+        .await
+        .expect("CR");
+    serde_json::to_value(&cr.spec).expect("json")
+}
+
+#[tokio::test]
+async fn shared_tenant_key_is_kept_and_a_second_takeover_imports_the_current_legacy_config() {
+    let cp = common::control_plane();
+    let admin = cp.admin().await.expect("admin");
+    let before = legacy::legacy_cluster(&admin).await;
+    legacy::edit_legacy_configmap(
+        &admin,
+        "connectivity-proxy",
+        "connectivity-proxy-config.yml",
+        |y| y.replace("tenantMode: dedicated", "tenantMode: shared"),
+    )
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), legacy::NS);
+    let key_before = secrets
+        .get("connectivity-proxy-service-key")
+        .await
+        .expect("legacy key")
+        .data;
+
+    ControllerProcess::start(&cp, "controller-1", &["--leader-elect=false"])
+        .await
+        .expect("controller");
+    legacy::create_default_cr(&admin).await;
+    legacy::wait_step(&admin, legacy::STEPS[2], Duration::from_secs(30)).await;
+    play_until_ready(&admin).await;
+    let spec = config_of(&admin).await;
+    assert_eq!(spec["config"]["tenantMode"], "shared");
+    assert_eq!(
+        spec["secretConfig"]["integration"]["connectivityService"]["secretName"],
+        "connectivity-proxy-service-key",
+        "the CR uses the user's key"
+    );
+    let key = secrets
+        .get("connectivity-proxy-service-key")
+        .await
+        .expect("the user's key is kept");
+    assert_eq!(key.data, key_before, "the user's key is unchanged");
+    assert!(
+        !key.labels().contains_key("app.kubernetes.io/managed-by"),
+        "not taken by the operator"
+    );
+    let backup_secrets: Api<Secret> =
+        Api::namespaced(admin.clone(), cp_controller::migration::BACKUP_NAMESPACE);
+    let backed_up = backup_secrets
+        .list(&ListParams::default())
+        .await
+        .expect("backups")
+        .items;
+    assert!(
+        backed_up.iter().any(
+            |s| s.name_any().starts_with("connectivity-proxy-service-key-") && s.data == key_before
+        ),
+        "the key is backed up"
+    );
+    for (name, (uid, _)) in &before {
+        let m = Api::<cp_api::ServiceMapping>::all(admin.clone())
+            .get(name)
+            .await
+            .expect("mapping");
+        assert_eq!(m.uid().as_deref(), Some(uid.as_str()));
+    }
+
+    // Roll back to the legacy installation, as disabling the module and the reconciler would: the CR
+    // and the operator's objects go, the reconciler renders its chart again with changed values.
+    cp.kill_process("controller-1")
+        .expect("stop the controller");
+    let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), legacy::NS);
+    crs.patch(
+        CR,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("finalizer");
+    crs.delete(CR, &DeleteParams::default())
+        .await
+        .expect("delete CR");
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), legacy::NS);
+    for name in ["connectivity-proxy", "connectivity-proxy-info"] {
+        cms.delete(name, &DeleteParams::default())
+            .await
+            .expect("delete ConfigMap");
+    }
+    Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(admin.clone(), legacy::NS)
+        .delete("connectivity-proxy", &DeleteParams::default())
+        .await
+        .expect("delete StatefulSet");
+    cp_tests::wait::until(
+        "the operator's ConfigMap gone",
+        Duration::from_secs(20),
+        || {
+            let cms = cms.clone();
+            async move {
+                Ok(cms
+                    .get_opt("connectivity-proxy")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_none()
+                    .then_some(()))
+            }
+        },
+    )
+    .await
+    .expect("gone");
+    cp_tests::fixtures::apply(
+        &admin,
+        &cp_tests::fixtures::LEGACY_INSTALL,
+        Some(legacy::NS),
+    )
+    .await
+    .expect("legacy again");
+    legacy::edit_legacy_configmap(
+        &admin,
+        "connectivity-proxy",
+        "connectivity-proxy-config.yml",
+        |y| {
+            y.replace("tenantMode: dedicated", "tenantMode: shared")
+                .replace(
+                    "socks5:\n      enableProxyAuthorization: false",
+                    "socks5:\n      enableProxyAuthorization: true",
+                )
+        },
+    )
+    .await;
+    let cm = cms.get("connectivity-proxy").await.expect("legacy config");
+    let yml = cm
+        .data
+        .unwrap_or_default()
+        .get("connectivity-proxy-config.yml")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        yml.contains("enableProxyAuthorization: true"),
+        "the edit took: {yml}"
+    );
+
+    ControllerProcess::start(&cp, "controller-2", &["--leader-elect=false"])
+        .await
+        .expect("controller");
+    legacy::create_default_cr(&admin).await;
+    legacy::wait_step(&admin, legacy::STEPS[2], Duration::from_secs(30)).await;
+    let spec = config_of(&admin).await;
+    assert_eq!(spec["config"]["tenantMode"], "shared");
+    assert_eq!(
+        spec["config"]["servers"]["proxy"]["socks5"]["enableProxyAuthorization"], true,
+        "the current legacy value, not the first takeover's backup"
+    );
+    let backups: Api<ConfigMap> =
+        Api::namespaced(admin.clone(), cp_controller::migration::BACKUP_NAMESPACE);
+    let configs: Vec<String> = backups
+        .list(&ListParams::default())
+        .await
+        .expect("backups")
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .filter(|n| n.starts_with("connectivity-proxy-2"))
+        .collect();
+    assert_eq!(
+        configs.len(),
+        2,
+        "both takeovers' config backups are kept: {configs:?}"
+    );
+    legacy::assert_nothing_legacy_left(&admin).await;
+}

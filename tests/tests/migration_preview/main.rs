@@ -1,0 +1,126 @@
+//! The takeover previewed and blocked: `migrate-plan` on a clean cluster and on a legacy one (read-only,
+//! proved with the audit log); a blocker reaches the CR's status with its fix while the legacy
+//! installation stays untouched; fixed, the takeover completes.
+#![forbid(unsafe_code)]
+
+#[allow(dead_code)]
+#[path = "../e2e/common.rs"]
+mod common;
+#[allow(dead_code)]
+#[path = "../legacy/mod.rs"]
+mod legacy;
+#[allow(dead_code)]
+#[path = "../controller/support.rs"]
+mod support;
+
+use std::time::Duration;
+
+use cp_api::{ConnectivityProxy, State};
+use cp_tests::controller::ControllerProcess;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::api::Api;
+
+#[tokio::test]
+async fn migrate_plan_previews_and_a_blocker_stops_the_takeover_until_fixed() {
+    let cp = common::control_plane();
+    let admin = cp.admin().await.expect("admin");
+    common::install_our_crds(&admin).await;
+
+    let (code, out) = legacy::migrate_plan(&cp, &[]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("nothing to take over"), "{out}");
+
+    let before = legacy::legacy_cluster(&admin).await;
+    legacy::edit_legacy_configmap(
+        &admin,
+        "connectivity-proxy-info",
+        "onpremise_proxy_http_port",
+        |_| "70000".into(),
+    )
+    .await;
+    let (code, out) = legacy::migrate_plan(&cp, &[]).await;
+    assert_eq!(code, 2, "blocked: {out}");
+    assert!(
+        out.contains("connectivity-proxy-info") && out.contains("70000"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ValidatingWebhookConfiguration webhook-secret"),
+        "{out}"
+    );
+    assert!(
+        out.contains("subaccountId: \"3f1c0d6e-8a2b-4c7d-9e10-5b6a7c8d9e0f\""),
+        "the import as YAML: {out}"
+    );
+    let (code, json) = legacy::migrate_plan(&cp, &["--output", "json"]).await;
+    assert_eq!(code, 2, "{json}");
+    let plan: serde_json::Value = serde_json::from_str(&json).expect("json output");
+    assert_eq!(
+        plan["delete"][0],
+        "ValidatingWebhookConfiguration webhook-secret"
+    );
+    assert_eq!(
+        plan["mappings"].as_array().map(Vec::len),
+        Some(before.len())
+    );
+    assert_eq!(plan["blockers"].as_array().map(Vec::len), Some(1), "{json}");
+
+    ControllerProcess::start(&cp, "controller", &["--leader-elect=false"])
+        .await
+        .expect("controller");
+    legacy::create_default_cr(&admin).await;
+    let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), legacy::NS);
+    let cr = cp_tests::wait::until(
+        "Warning LegacyMigrationBlocked",
+        Duration::from_secs(30),
+        || {
+            let crs = crs.clone();
+            async move {
+                let cr = crs
+                    .get("connectivity-proxy")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let st = cr.status.clone().unwrap_or_default();
+                let blocked = st
+                    .conditions
+                    .iter()
+                    .any(|c| c.reason == "LegacyMigrationBlocked");
+                Ok((st.state == Some(State::Warning) && blocked).then_some(cr))
+            }
+        },
+    )
+    .await
+    .expect("blocked");
+    let msg = cr.status.and_then(|s| s.description).unwrap_or_default();
+    assert!(
+        msg.contains("70000") && msg.contains("connectivity-proxy-info"),
+        "{msg}"
+    );
+    // Untouched: the legacy StatefulSet and the legacy ServiceMapping validator are still there.
+    let sts = Api::<StatefulSet>::namespaced(admin.clone(), legacy::NS)
+        .get("connectivity-proxy")
+        .await
+        .expect("sts");
+    assert!(
+        cp_controller::migration::is_legacy(&sts.metadata),
+        "the legacy StatefulSet was touched"
+    );
+    Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .get("webhook-secret")
+        .await
+        .expect("legacy webhook kept");
+
+    legacy::edit_legacy_configmap(
+        &admin,
+        "connectivity-proxy-info",
+        "onpremise_proxy_http_port",
+        |_| "20003".into(),
+    )
+    .await;
+    legacy::finish(&admin).await;
+    legacy::assert_taken_over(&admin, &before, 20003).await;
+    let (code, out) = legacy::migrate_plan(&cp, &[]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("nothing to take over"), "{out}");
+}
