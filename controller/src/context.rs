@@ -43,7 +43,13 @@ pub struct Ctx {
     pub shoot_info: Store<k8s_openapi::api::core::v1::ConfigMap>,
     /// Settings.
     pub settings: Settings,
+    /// When the Connectivity CA was last fetched, by URL: it is fetched again after
+    /// [`CA_REFRESH`], as the legacy reconciler refetched it on every run.
+    pub ca_fetched: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
+
+/// How long a fetched Connectivity CA is trusted before it is fetched again.
+pub const CA_REFRESH: std::time::Duration = std::time::Duration::from_secs(3600);
 
 impl Ctx {
     /// Which of `names` are not installed and established.

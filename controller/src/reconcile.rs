@@ -211,7 +211,7 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         facts.binding_subaccount_id = k.subaccount_id.clone();
         facts.binding_subaccount_subdomain = k.subaccount_subdomain.clone();
     }
-    let resolved = match desired::resolve(cr, &facts) {
+    let mut resolved = match desired::resolve(cr, &facts) {
         Ok(r) => r,
         Err(problem) => {
             let computed = Computed::blocked(
@@ -228,6 +228,8 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         "ConfigurationValid",
         format!("tunnel host {}", resolved.external_host),
     );
+
+    resolved.secrets_hash = secrets_hash(ctx, &resolved, key.key.as_ref()).await?;
 
     // Apply.
     let mappings = ctx.mappings.state();
@@ -494,6 +496,27 @@ async fn ensure_finalizer(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<(), Error
 
 type Keep = Vec<(Kind, Option<String>, String)>;
 
+/// Hash of the service key and the tunnel TLS Secret's data (once they exist), for the pod template:
+/// a rotated key or certificate restarts the proxy.
+async fn secrets_hash(
+    ctx: &Ctx,
+    resolved: &desired::Resolved,
+    key: Option<&crate::btp::ServiceKey>,
+) -> Result<Option<String>, Error> {
+    let Some(key) = key else { return Ok(None) };
+    let ns = &resolved.istio_namespace;
+    let tls = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&resolved.tls_secret)
+        .await
+        .map_err(|e| Error::kube(format!("reading Secret {ns}/{}", resolved.tls_secret), e))?;
+    let mut material = String::from_utf8_lossy(&key.content).to_string();
+    for (k, v) in tls.and_then(|s| s.data).unwrap_or_default() {
+        material.push_str(&k);
+        material.push_str(&String::from_utf8_lossy(&v.0));
+    }
+    Ok(Some(crate::apply::hash_str(&material)))
+}
+
 /// The `<tls>-cacert` Secret with the Connectivity service CA. The CA is fetched only when the
 /// Secret is missing or was fetched from another URL; a failed fetch keeps the previous Secret and is
 /// reported as a problem.
@@ -523,8 +546,18 @@ async fn connectivity_ca_objects(
         .get_opt(&name)
         .await
         .map_err(|e| Error::kube(format!("reading Secret {ns}/{name}"), e))?;
+    let fresh = ctx
+        .ca_fetched
+        .lock()
+        .ok()
+        .and_then(|m| {
+            m.get(&url)
+                .map(|t| t.elapsed() < crate::context::CA_REFRESH)
+        })
+        .unwrap_or(false);
     let cached = live
         .as_ref()
+        .filter(|_| fresh)
         .filter(|s| {
             s.metadata
                 .annotations
@@ -541,6 +574,9 @@ async fn connectivity_ca_objects(
             match crate::connectivity_ca::fetch(&url, std::time::Duration::from_secs(5), 3).await {
                 Ok(p) => {
                     tracing::info!(%url, "Connectivity service CA fetched");
+                    if let Ok(mut m) = ctx.ca_fetched.lock() {
+                        m.insert(url.clone(), std::time::Instant::now());
+                    }
                     p
                 }
                 Err(e) => {

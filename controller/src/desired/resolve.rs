@@ -36,6 +36,9 @@ pub struct Resolved {
     pub subaccount_id: Option<String>,
     /// Subaccount subdomain, if known.
     pub subaccount_subdomain: Option<String>,
+    /// Hash of the Secrets the proxy depends on (service key, tunnel TLS), once known: in the pod
+    /// template, so a rotated key or certificate restarts the proxy.
+    pub secrets_hash: Option<String>,
 }
 
 /// Why a CR cannot be applied as it is.
@@ -160,5 +163,6 @@ pub fn resolve(cr: &ConnectivityProxy, facts: &ClusterFacts) -> Result<Resolved,
             &spec.config.subaccount_subdomain,
             &facts.binding_subaccount_subdomain,
         ),
+        secrets_hash: None,
     })
 }

@@ -129,6 +129,9 @@ pub(super) fn stateful_set(cr: &ConnectivityProxy, ns: &str, resolved: &Resolved
     if d.restart_watcher.as_ref().is_none_or(|r| r.enabled) {
         template_annotations["connectivityproxy.sap.com/config-hash"] =
             json!(crate::apply::hash_str(&super::render_config(cr, resolved)));
+        if let Some(h) = &resolved.secrets_hash {
+            template_annotations["connectivityproxy.sap.com/secrets-hash"] = json!(h);
+        }
     }
     let mut pod_spec = json!({
         "priorityClassName": names::PRIORITY_CLASS,

@@ -34,7 +34,7 @@ pub const BACKUP_OF_ANNOTATION: &str = "connectivityproxy.sap.com/backup-of";
 
 /// Whether a StatefulSet was left by the legacy reconciler.
 pub fn is_legacy(meta: &kube::api::ObjectMeta) -> bool {
-    let managed_by_us = meta.labels.as_ref().is_some_and(|l| plan::is_ours(l));
+    let managed_by_us = meta.labels.as_ref().is_some_and(plan::is_ours);
     let reconciler_label = meta
         .labels
         .as_ref()

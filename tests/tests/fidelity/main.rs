@@ -52,6 +52,7 @@ fn render(legacy: &str) -> String {
         service_key_auto: true,
         subaccount_id: config["subaccountId"].as_str().map(String::from),
         subaccount_subdomain: config["subaccountSubdomain"].as_str().map(String::from),
+        secrets_hash: None,
     };
     render_config(&cr, &resolved)
 }

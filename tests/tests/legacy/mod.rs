@@ -94,8 +94,9 @@ pub async fn backup_of(admin: &Client, name: &str) -> k8s_openapi::api::core::v1
     b
 }
 
-/// No object of the legacy installation is left: each is gone or (same-name objects) the operator's.
-pub async fn assert_nothing_legacy_left(admin: &Client) {
+/// No object of the legacy installation is left: each is gone or (same-name objects) the operator's;
+/// in shared tenant mode the user's service key is kept.
+pub async fn assert_nothing_legacy_left(admin: &Client, shared_key_kept: bool) {
     use cp_controller::migration::legacy::{Action, LEGACY_KINDS};
     let mut left = Vec::new();
     for k in LEGACY_KINDS {
@@ -117,7 +118,8 @@ pub async fn assert_nothing_legacy_left(admin: &Client) {
                 .labels()
                 .contains_key("reconciler.kyma-project.io/managed-by");
             let ok = match k.action {
-                Action::Delete | Action::ServiceKey => ours,
+                Action::Delete => ours,
+                Action::ServiceKey => ours || shared_key_kept,
                 Action::Adopt => ours && !legacy_label,
             };
             if !ok {
@@ -194,7 +196,7 @@ pub async fn assert_taken_over(admin: &Client, before: &MappingSnapshot, http_po
             "{name} user label kept"
         );
     }
-    assert_nothing_legacy_left(admin).await;
+    assert_nothing_legacy_left(admin, false).await;
     // ServiceMappings stay writable: the legacy validator (failurePolicy Fail) is gone.
     let fresh: ServiceMapping = serde_json::from_value(json!({"apiVersion": "connectivityproxy.sap.com/v1",
         "kind": "ServiceMapping", "metadata": {"name": "after-takeover"},

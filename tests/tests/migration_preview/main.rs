@@ -32,6 +32,13 @@ async fn migrate_plan_previews_and_a_blocker_stops_the_takeover_until_fixed() {
     assert!(out.contains("nothing to take over"), "{out}");
 
     let before = legacy::legacy_cluster(&admin).await;
+    let (code, out) = legacy::migrate_plan(&cp, &[]).await;
+    assert_eq!(code, 0, "ready: {out}");
+    assert!(
+        out.contains("subaccountId: \"3f1c0d6e-8a2b-4c7d-9e10-5b6a7c8d9e0f\""),
+        "the import as YAML: {out}"
+    );
+    assert!(out.contains("Ready: the takeover can proceed"), "{out}");
     legacy::edit_legacy_configmap(
         &admin,
         "connectivity-proxy-info",
@@ -48,10 +55,6 @@ async fn migrate_plan_previews_and_a_blocker_stops_the_takeover_until_fixed() {
     assert!(
         out.contains("ValidatingWebhookConfiguration webhook-secret"),
         "{out}"
-    );
-    assert!(
-        out.contains("subaccountId: \"3f1c0d6e-8a2b-4c7d-9e10-5b6a7c8d9e0f\""),
-        "the import as YAML: {out}"
     );
     let (code, json) = legacy::migrate_plan(&cp, &["--output", "json"]).await;
     assert_eq!(code, 2, "{json}");
