@@ -16,7 +16,7 @@ if ! command -v buildah >/dev/null || ! command -v podman >/dev/null || ! comman
   fi
 fi
 version=$(awk -F'"' '/^\[workspace.package\]/{p=1} p && /^version/{print $2; exit}' Cargo.toml)
-registry=$(awk -F'"' '/pub const IMAGE_REGISTRY/{print $2; exit}' shared/src/bundle.rs)
+registry=$(grep -A1 'pub const IMAGE_REGISTRY' shared/src/bundle.rs | grep -o '"[^"]*"' | head -1 | tr -d '"')
 [ -n "$version" ] && [ -n "$registry" ] || { echo "error: cannot read the version (Cargo.toml) or the image registry (shared/src/bundle.rs)" >&2; exit 1; }
 target=x86_64-unknown-linux-gnu
 target_dir=${CARGO_TARGET_DIR:-$root/target}

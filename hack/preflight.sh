@@ -31,8 +31,9 @@ fi
 [ "$fail" = 0 ] || exit 1
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/cp-operator
-kube=$(awk '$1=="require" && $2=="k8s.io/kubernetes"{print $3}' "$root/tests/k8s-bins/kube/go.mod")
-etcd=$(awk '$1=="require" && $2=="go.etcd.io/etcd/server/v3"{print $3}' "$root/tests/k8s-bins/etcd/go.mod")
+version_of() { awk -v m="$1" '$1 == m || ($1 == "require" && $2 == m) {print $NF; exit}' "$2"; }
+kube=$(version_of k8s.io/kubernetes "$root/tests/k8s-bins/kube/go.mod")
+etcd=$(version_of go.etcd.io/etcd/server/v3 "$root/tests/k8s-bins/etcd/go.mod")
 if [ ! -x "$cache/k8s-$kube-etcd-$etcd/bin/kubectl" ]; then
   echo ">> first run: building etcd, kube-apiserver, kube-controller-manager and kubectl from their Go modules (about 12 minutes on 2 cores, cached in $cache afterwards)"
 fi

@@ -367,6 +367,64 @@ async fn changes_propagate_and_drift_is_repaired() {
     })
     .await
     .expect("reverted");
+
+    // The BTP operator rotates the credentials: the proxy's pods restart (the pod template's hash of
+    // the Secrets changes).
+    let template_hash = || async {
+        let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(admin.clone(), NS);
+        sts.get("connectivity-proxy")
+            .await
+            .expect("sts")
+            .spec
+            .and_then(|s| s.template.metadata)
+            .and_then(|m| m.annotations)
+            .and_then(|a| a.get("connectivityproxy.sap.com/secrets-hash").cloned())
+    };
+    let before = template_hash()
+        .await
+        .expect("the pod template carries the Secrets' hash");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), NS);
+    let binding_secret = cp_api::names::binding_secret_name("connectivity-proxy", NS);
+    let old = secrets.get(&binding_secret).await.expect("binding secret");
+    let key = old
+        .data
+        .and_then(|d| {
+            d.get("service_key")
+                .map(|b| String::from_utf8_lossy(&b.0).to_string())
+        })
+        .expect("service_key");
+    let rotated = key.replace("very-secret-value", "rotated-secret-value");
+    assert_ne!(key, rotated, "the test key has the expected secret");
+    secrets
+        .patch(
+            &binding_secret,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"stringData": {"service_key": rotated}})),
+        )
+        .await
+        .expect("rotate");
+    let bindings: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), NS, &Kind::ServiceBinding.api_resource());
+    bindings
+        .patch_status(
+            &cp_api::names::service_binding_name("connectivity-proxy", NS),
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"status": {"lastCredentialsRotationTime": "2026-11-30T12:00:00Z"}}),
+            ),
+        )
+        .await
+        .expect("binding status");
+    cp_tests::wait::until(
+        "the pod template follows the rotated key",
+        Duration::from_secs(10),
+        || async {
+            let now = template_hash().await;
+            Ok((now.as_deref() != Some(before.as_str())).then_some(()))
+        },
+    )
+    .await
+    .expect("restarted");
 }
 
 #[tokio::test]
