@@ -376,7 +376,8 @@ async fn changes_propagate_and_drift_is_repaired() {
             .await
             .expect("sts")
             .spec
-            .and_then(|s| s.template.metadata)
+            .template
+            .metadata
             .and_then(|m| m.annotations)
             .and_then(|a| a.get("connectivityproxy.sap.com/secrets-hash").cloned())
     };
