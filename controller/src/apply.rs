@@ -170,6 +170,16 @@ impl Applier {
     pub async fn ensure(&self, d: &Desired) -> Result<bool, Error> {
         let body = with_hash(d);
         let live = self.get(d.kind, d.namespace.as_deref(), &d.name).await?;
+        if let Some(l) = &live
+            && l.labels().get(names::LABEL_MANAGED_BY).map(String::as_str)
+                != Some(names::MANAGED_BY_VALUE)
+        {
+            let kind = d.kind.api_resource().kind;
+            return Err(Error::NotOurs(match d.namespace.as_deref() {
+                Some(ns) => format!("{kind} {ns}/{}", d.name),
+                None => format!("{kind} {}", d.name),
+            }));
+        }
         let why = match live {
             Some(live) => {
                 let live = serde_json::to_value(&live).unwrap_or(Value::Null);

@@ -38,6 +38,11 @@ pub enum Error {
     /// A certificate could not be issued.
     #[error("certificate: {0}")]
     Certificate(String),
+    /// An object the operator would write exists and was not created by it.
+    #[error(
+        "{0} exists and was not created by the Connectivity Proxy operator (no label app.kubernetes.io/managed-by=connectivity-proxy-operator): the operator never writes into, labels, owns or deletes an object it did not create; choose another name in the CR or delete that object"
+    )]
+    NotOurs(String),
 }
 
 impl Error {
@@ -56,6 +61,7 @@ impl Error {
             Error::Serde(_) => "serde",
             Error::Certificate(_) => "certificate",
             Error::Invalid(_) => "invalid",
+            Error::NotOurs(_) => "not_ours",
         }
     }
 }

@@ -277,6 +277,7 @@ async fn run() -> anyhow::Result<()> {
         proxies: proxies.clone(),
         shoot_info: shoot_store,
         ca_fetched: Default::default(),
+        failures: Default::default(),
         settings: Settings {
             deployment_defaults: cp_controller::upgrade::release_defaults(overrides.as_ref()),
             resync: Duration::from_secs(args.resync_seconds),

@@ -21,6 +21,12 @@ use crate::status::{self, Computed, Cond, types};
 /// Reconciles one CR, recording metrics.
 pub async fn reconcile(cr: Arc<ConnectivityProxy>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let start = Instant::now();
+    // Right after a start the caches may be empty: an empty mapping list would publish an empty
+    // mappings ConfigMap or let a blocked deletion proceed. Nothing is decided before they synced.
+    if !stores_synced(&ctx).await {
+        tracing::info!("caches not synced yet; reconciling once they are");
+        return Ok(Action::requeue(std::time::Duration::from_secs(1)));
+    }
     let cr = match current(&cr, &ctx).await {
         Ok(Some(c)) => c,
         Ok(None) => return Ok(Action::await_change()),
@@ -44,7 +50,34 @@ pub async fn reconcile(cr: Arc<ConnectivityProxy>, ctx: Arc<Ctx>) -> Result<Acti
         .service_mappings
         .set(ctx.mappings.state().len() as i64);
     tracing::debug!(result = ?result, elapsed = ?start.elapsed(), "reconcile finished");
+    if result.is_ok()
+        && let Ok(mut f) = ctx.failures.lock()
+    {
+        f.remove(&failure_key(&cr));
+    }
     result
+}
+
+/// Whether every store the reconcile reads has had its first complete listing.
+async fn stores_synced(ctx: &Ctx) -> bool {
+    let wait = async {
+        ctx.crds.wait_until_ready().await.is_ok()
+            && ctx.mappings.wait_until_ready().await.is_ok()
+            && ctx.proxies.wait_until_ready().await.is_ok()
+            && ctx.shoot_info.wait_until_ready().await.is_ok()
+    };
+    tokio::time::timeout(std::time::Duration::from_millis(100), wait)
+        .await
+        .unwrap_or(false)
+}
+
+fn failure_key(cr: &ConnectivityProxy) -> String {
+    format!("{}/{}", cr.namespace().unwrap_or_default(), cr.name_any())
+}
+
+/// The delay after the `n`-th consecutive failure: 2 s doubling to at most 5 minutes.
+pub fn backoff(n: u32) -> std::time::Duration {
+    std::time::Duration::from_secs(2u64.saturating_mul(1u64 << n.min(8)).min(300))
 }
 
 /// The CR as stored now (one quorum read), not as the watch last delivered it: a watch can miss an
@@ -74,17 +107,29 @@ async fn current(
     }
 }
 
-/// Requeue with backoff on errors.
-pub fn error_policy(cr: Arc<ConnectivityProxy>, err: &Error, _ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(namespace = cr.namespace().unwrap_or_default(), name = cr.name_any(), error = %err, "reconcile failed");
-    Action::requeue(std::time::Duration::from_secs(5))
+/// Requeue with exponential backoff (capped) on consecutive errors; a success resets it.
+pub fn error_policy(cr: Arc<ConnectivityProxy>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    let n = ctx
+        .failures
+        .lock()
+        .map(|mut f| {
+            let n = f.entry(failure_key(&cr)).or_insert(0);
+            *n = n.saturating_add(1);
+            *n - 1
+        })
+        .unwrap_or(0);
+    let delay = backoff(n);
+    tracing::warn!(namespace = cr.namespace().unwrap_or_default(), name = cr.name_any(), error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
 }
 
-/// The CR that is reconciled when several exist: the oldest (then by namespace and name).
+/// The CR that is reconciled when several exist: the module's CR in `kyma-system` always; otherwise
+/// the oldest (then by namespace and name).
 pub fn primary(ctx: &Ctx) -> Option<Arc<ConnectivityProxy>> {
     ctx.proxies.state().into_iter().min_by(|a, b| {
         let key = |c: &ConnectivityProxy| {
             (
+                c.namespace().as_deref() != Some(names::KYMA_SYSTEM),
                 c.metadata.creation_timestamp.as_ref().map(|t| t.0),
                 c.namespace().unwrap_or_default(),
                 c.name_any(),
@@ -287,6 +332,16 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         connectivity_ca_objects(ctx, cr, &resolved, key.key.as_ref()).await?;
     objects.extend(ca_objects);
     if let Err(e) = apply_all(ctx, cr, &objects, mappings_too_large, &keep_as_is).await {
+        if let Error::NotOurs(_) = &e {
+            // Needs the user (another name, or their object removed): Warning; that object untouched.
+            let computed = Computed::blocked(
+                State::Warning,
+                vec![deps, config],
+                Cond::failed(types::INSTALLED, "ObjectNotOwned", e.to_string()),
+            );
+            status::write(ctx, cr, &computed).await?;
+            return Ok(Action::requeue(std::time::Duration::from_secs(30)));
+        }
         let computed = Computed::blocked(
             State::Error,
             vec![deps, config],
@@ -601,4 +656,20 @@ async fn connectivity_ca_objects(
         vec![],
         None,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn error_backoff_doubles_and_is_capped() {
+        assert_eq!(backoff(0), Duration::from_secs(2));
+        assert_eq!(backoff(1), Duration::from_secs(4));
+        assert_eq!(backoff(5), Duration::from_secs(64));
+        assert_eq!(backoff(7), Duration::from_secs(256));
+        assert_eq!(backoff(8), Duration::from_secs(300));
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
+    }
 }

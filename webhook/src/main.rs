@@ -12,7 +12,7 @@ use cp_api::policy::PrivilegedIdentities;
 use cp_webhook::admission::Policy;
 use cp_webhook::cache::Caches;
 use cp_webhook::metrics::Metrics;
-use cp_webhook::server::{AppState, admission_router, metrics_router, serve_plain, serve_tls};
+use cp_webhook::server::{AppState, admission_router, metrics_router, serve_tls};
 use cp_webhook::tls::{self, CertStore};
 
 /// Admission webhook of the Connectivity Proxy module operator.
@@ -25,6 +25,10 @@ struct Args {
     /// Address of the plain-HTTP metrics server (`/metrics`, `/healthz`, `/readyz`).
     #[arg(long, env = "CP_WEBHOOK_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     metrics_addr: SocketAddr,
+    /// After SIGTERM, keep accepting requests this long with readiness false (so the endpoint leaves
+    /// the Service first), then finish the open requests and exit.
+    #[arg(long, env = "CP_WEBHOOK_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration)]
+    shutdown_delay: Duration,
     /// Serving certificate chain (PEM). Re-read when it changes.
     #[arg(long, env = "CP_WEBHOOK_TLS_CERT_FILE", requires = "tls_key_file")]
     tls_cert_file: Option<PathBuf>,
@@ -109,7 +113,71 @@ async fn run() -> anyhow::Result<()> {
     };
     tracing::info!(who = %privileged.describe(), "identities that may change spec.deployment");
 
-    let store = match (&args.tls_cert_file, &args.tls_key_file) {
+    // Health and readiness answer from the start: alive while the certificate is still being issued,
+    // ready only once it is loaded (and not while draining).
+    let serving = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let state = AppState {
+        policy: Arc::new(Policy { privileged }),
+        caches: Some(Caches::start(client.clone())),
+        metrics: metrics.clone(),
+        serving: serving.clone(),
+    };
+    let metrics_listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .map_err(|source| cp_webhook::Error::Bind {
+            addr: args.metrics_addr,
+            source,
+        })?;
+    let metrics_router = metrics_router(state.clone());
+    let mut metrics_server =
+        tokio::spawn(async move { axum::serve(metrics_listener, metrics_router).await });
+
+    let store = tokio::select! {
+        s = load_certificate(&args, &client, &metrics) => s?,
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down before a certificate was loaded");
+            return Ok(());
+        }
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(store)?));
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .map_err(|source| cp_webhook::Error::Bind {
+            addr: args.addr,
+            source,
+        })?;
+    serving.store(true, std::sync::atomic::Ordering::SeqCst);
+    tracing::info!(addr = %args.addr, metrics = %args.metrics_addr, "serving admission requests");
+    let delay = args.shutdown_delay;
+    let stop = async move {
+        shutdown_signal().await;
+        // Not ready any more: the endpoint leaves the Service while open requests still complete.
+        serving.store(false, std::sync::atomic::Ordering::SeqCst);
+        tracing::info!(
+            ?delay,
+            "SIGTERM: readiness false; accepting requests a little longer"
+        );
+        tokio::time::sleep(delay).await;
+    };
+    tokio::select! {
+        _ = serve_tls(listener, acceptor, admission_router(state), stop, Duration::from_secs(20)) => {
+            tracing::info!("drained; exiting");
+        }
+        r = &mut metrics_server => {
+            r.context("metrics server task")?.context("metrics server")?;
+        }
+    }
+    Ok(())
+}
+
+/// Loads the serving certificate from files or from the watched Secret (waiting until the controller
+/// issued it) and keeps it current.
+async fn load_certificate(
+    args: &Args,
+    client: &kube::Client,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Arc<CertStore>> {
+    Ok(match (&args.tls_cert_file, &args.tls_key_file) {
         (Some(cert), Some(key)) => {
             let (c, k) = tls::read_files(cert, key)?;
             let store = Arc::new(CertStore::new(&c, &k)?);
@@ -128,7 +196,7 @@ async fn run() -> anyhow::Result<()> {
                 .tls_secret
                 .split_once('/')
                 .context("--tls-secret must be namespace/name")?;
-            let secret = wait_for_secret(&client, ns, name).await?;
+            let secret = wait_for_secret(client, ns, name).await?;
             let store = Arc::new(CertStore::new(&secret.0, &secret.1)?);
             metrics.observe_cert(&secret.0);
             tokio::spawn(tls::watch_secret(
@@ -140,28 +208,7 @@ async fn run() -> anyhow::Result<()> {
             ));
             store
         }
-    };
-
-    let state = AppState {
-        policy: Arc::new(Policy { privileged }),
-        caches: Some(Caches::start(client.clone())),
-        metrics: metrics.clone(),
-    };
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(store)?));
-    let listener = tokio::net::TcpListener::bind(args.addr)
-        .await
-        .map_err(|source| cp_webhook::Error::Bind {
-            addr: args.addr,
-            source,
-        })?;
-    tracing::info!(addr = %args.addr, metrics = %args.metrics_addr, "serving admission requests");
-    let metrics_server = serve_plain(args.metrics_addr, metrics_router(state.clone()));
-    tokio::select! {
-        _ = serve_tls(listener, acceptor, admission_router(state)) => {}
-        r = metrics_server => r.context("metrics server")?,
-        _ = shutdown_signal() => tracing::info!("shutting down"),
-    }
-    Ok(())
+    })
 }
 
 async fn wait_for_secret(

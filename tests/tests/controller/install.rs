@@ -592,3 +592,86 @@ async fn deletion_waits_for_service_mappings_then_removes_everything() {
     .await
     .expect("all gone");
 }
+
+#[tokio::test]
+async fn a_secret_the_operator_did_not_create_is_never_written_labelled_or_deleted() {
+    let env = scenario().await;
+    let admin = &env.admin;
+    create_default_cr(admin, NS, "connectivity-proxy").await;
+    make_ready(admin, NS, "connectivity-proxy").await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), NS);
+    let precious: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "precious"},
+        "stringData": {"foo": "user data"}}))
+    .expect("secret");
+    secrets
+        .create(&Default::default(), &precious)
+        .await
+        .expect("create precious");
+    let before = secrets.get("precious").await.expect("precious");
+    // A CR editor points the service key at it and sets secretData.
+    let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
+    let edit = json!({"spec": {"secretConfig": {"integration": {"connectivityService":
+        {"secretName": "precious", "secretData": "eyJjbGllbnRpZCI6ICJ4In0="}}}}});
+    crs.patch(
+        "connectivity-proxy",
+        &PatchParams::default(),
+        &Patch::Merge(&edit),
+    )
+    .await
+    .expect("edit");
+    let cr = wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Warning,
+        Some("ObjectNotOwned"),
+        Duration::from_secs(20),
+    )
+    .await;
+    let msg = cr.status.and_then(|s| s.description).unwrap_or_default();
+    assert!(msg.contains("Secret kyma-system/precious"), "{msg}");
+    let after = secrets.get("precious").await.expect("precious kept");
+    assert_eq!(after.data, before.data, "not written");
+    assert_eq!(
+        after.metadata.labels, before.metadata.labels,
+        "not labelled"
+    );
+    assert_eq!(after.metadata.owner_references, None, "not owned");
+    // secretData removed: the operator only reads the named Secret; it never deletes it.
+    let edit = json!({"spec": {"secretConfig": {"integration": {"connectivityService":
+        {"secretName": "precious", "secretData": null}}}}});
+    crs.patch(
+        "connectivity-proxy",
+        &PatchParams::default(),
+        &Patch::Merge(&edit),
+    )
+    .await
+    .expect("edit");
+    cp_tests::wait::until(
+        "the controller observed the edit",
+        Duration::from_secs(20),
+        || {
+            let crs = crs.clone();
+            async move {
+                let cr = crs
+                    .get("connectivity-proxy")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let st = cr.status.unwrap_or_default();
+                Ok((st.observed_generation == cr.metadata.generation
+                    && !st.conditions.iter().any(|c| c.reason == "ObjectNotOwned"))
+                .then_some(()))
+            }
+        },
+    )
+    .await
+    .expect("observed");
+    let after = secrets.get("precious").await.expect("precious still there");
+    assert_eq!(after.data, before.data);
+    assert_eq!(after.metadata.labels, before.metadata.labels);
+    secrets
+        .delete("precious", &DeleteParams::default())
+        .await
+        .expect("cleanup");
+}

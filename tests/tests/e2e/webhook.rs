@@ -653,3 +653,60 @@ async fn the_webhook_refuses_tls_1_1_clients() {
         "protocol_version or handshake_failure: {tls11:?}"
     );
 }
+
+#[tokio::test]
+async fn idle_and_half_sent_connections_neither_stop_admission_nor_stay_open() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cp = control_plane();
+    let wh = webhook().await;
+    let addr = wh.url.trim_start_matches("https://").to_string();
+    // 300 hostile connections: half only connect, half send the start of a ClientHello and stop.
+    let mut conns = Vec::new();
+    for i in 0..300 {
+        let mut s = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        if i % 2 == 1 {
+            s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00])
+                .await
+                .expect("half a hello");
+        }
+        conns.push(s);
+    }
+    let opened = std::time::Instant::now();
+    // Admission through the API server goes on meanwhile.
+    let admin = cp.admin().await.expect("admin");
+    let ns = cp.namespace("hostile-conns").await.expect("ns");
+    let api: Api<cp_api::ConnectivityProxy> = Api::namespaced(admin.clone(), &ns);
+    let cr: cp_api::ConnectivityProxy =
+        serde_json::from_value(default_cr("under-flood")).expect("cr");
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let admitted = api.create(&dry, &cr).await.expect("admitted while flooded");
+    assert!(
+        admitted.spec.deployment.is_some(),
+        "the webhook injected the defaults"
+    );
+    assert!(
+        opened.elapsed() < std::time::Duration::from_secs(5),
+        "admitted before the hostile connections time out"
+    );
+    // Nor do they stay open: each is closed by the server within the handshake timeout.
+    let closed = futures::future::join_all(conns.into_iter().map(|mut s| async move {
+        let mut buf = [0u8; 64];
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return true,
+                Ok(_) => continue,
+            }
+        }
+    }));
+    let all = tokio::time::timeout(std::time::Duration::from_secs(20), closed)
+        .await
+        .expect("every hostile connection closed by the server within 20 s");
+    assert!(all.iter().all(|c| *c));
+    // And the webhook still serves.
+    api.create(&dry, &cr).await.expect("admitted afterwards");
+}

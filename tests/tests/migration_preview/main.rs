@@ -73,33 +73,7 @@ async fn migrate_plan_previews_and_a_blocker_stops_the_takeover_until_fixed() {
         .await
         .expect("controller");
     legacy::create_default_cr(&admin).await;
-    let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), legacy::NS);
-    let cr = cp_tests::wait::until(
-        "Warning LegacyMigrationBlocked",
-        Duration::from_secs(30),
-        || {
-            let crs = crs.clone();
-            async move {
-                let cr = crs
-                    .get("connectivity-proxy")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let st = cr.status.clone().unwrap_or_default();
-                let blocked = st
-                    .conditions
-                    .iter()
-                    .any(|c| c.reason == "LegacyMigrationBlocked");
-                Ok((st.state == Some(State::Warning) && blocked).then_some(cr))
-            }
-        },
-    )
-    .await
-    .expect("blocked");
-    let msg = cr.status.and_then(|s| s.description).unwrap_or_default();
-    assert!(
-        msg.contains("70000") && msg.contains("connectivity-proxy-info"),
-        "{msg}"
-    );
+    wait_blocked_naming(&admin, &["70000", "connectivity-proxy-info"]).await;
     // Untouched: the legacy StatefulSet and the legacy ServiceMapping validator are still there.
     let sts = Api::<StatefulSet>::namespaced(admin.clone(), legacy::NS)
         .get("connectivity-proxy")
@@ -121,9 +95,61 @@ async fn migrate_plan_previews_and_a_blocker_stops_the_takeover_until_fixed() {
         |_| "20003".into(),
     )
     .await;
+    // Another blocker: a legacy key spec.config cannot express, named with the fix; removed, the
+    // takeover resumes by itself.
+    legacy::edit_legacy_configmap(
+        &admin,
+        "connectivity-proxy",
+        "connectivity-proxy-config.yml",
+        |y| format!("{y}legacyOnlyFlag: true\n"),
+    )
+    .await;
+    let msg = wait_blocked_naming(&admin, &["legacyOnlyFlag"]).await;
+    assert!(msg.contains("cannot express"), "{msg}");
+    legacy::edit_legacy_configmap(
+        &admin,
+        "connectivity-proxy",
+        "connectivity-proxy-config.yml",
+        |y| y.replace("legacyOnlyFlag: true\n", ""),
+    )
+    .await;
     legacy::finish(&admin).await;
     legacy::assert_taken_over(&admin, &before, 20003).await;
     let (code, out) = legacy::migrate_plan(&cp, &[]).await;
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("nothing to take over"), "{out}");
+}
+
+/// Waits until the CR is in Warning, reason LegacyMigrationBlocked, with a message naming every needle.
+async fn wait_blocked_naming(admin: &kube::Client, needles: &[&str]) -> String {
+    let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), legacy::NS);
+    cp_tests::wait::until(
+        &format!("Warning LegacyMigrationBlocked naming {needles:?}"),
+        Duration::from_secs(40),
+        || {
+            let crs = crs.clone();
+            async move {
+                let cr = crs
+                    .get("connectivity-proxy")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let st = cr.status.unwrap_or_default();
+                let blocked = st
+                    .conditions
+                    .iter()
+                    .any(|c| c.reason == "LegacyMigrationBlocked");
+                let msg = st.description.unwrap_or_default();
+                if st.state == Some(State::Warning)
+                    && blocked
+                    && needles.iter().all(|n| msg.contains(n))
+                {
+                    Ok(Some(msg))
+                } else {
+                    Err(format!("{:?}: {msg}", st.state))
+                }
+            }
+        },
+    )
+    .await
+    .expect("blocked")
 }

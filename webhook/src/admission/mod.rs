@@ -252,9 +252,64 @@ fn deployment_of(spec: &Value) -> &Value {
     spec.get("deployment").unwrap_or(&Value::Null)
 }
 
+/// An UPDATE that leaves the spec as stored, or any write to an object being deleted.
+fn metadata_only_or_deleting(req: &Request, new_spec: &Value) -> Result<bool, Denial> {
+    if !matches!(req.operation, Operation::Update) {
+        return Ok(false);
+    }
+    let deleting = req
+        .object
+        .as_ref()
+        .is_some_and(|o| o.metadata.deletion_timestamp.is_some());
+    let old_spec = req.old_object.as_ref().and_then(|o| o.data.get("spec"));
+    Ok(deleting || old_spec == Some(new_spec))
+}
+
+/// Refuses a change of `spec.deployment` by anyone but the operator and the privileged identities.
+fn protected_fields(
+    req: &Request,
+    policy: &Policy,
+    old_json: Option<&Value>,
+    new_json: &Value,
+) -> Result<(), Denial> {
+    let user = req.user_info.username.clone().unwrap_or_default();
+    let groups = req.user_info.groups.clone().unwrap_or_default();
+    if policy.privileged.allows(&user, &groups) {
+        return Ok(());
+    }
+    let before = match old_json {
+        Some(o) => deployment_of(o),
+        None => defaults::deployment_defaults_value(),
+    };
+    let changed = changed_paths(before, deployment_of(new_json));
+    if changed.is_empty() {
+        return Ok(());
+    }
+    Err((
+        403,
+        "Forbidden",
+        format!(
+            "spec.deployment is managed by the Connectivity Proxy operator and cannot be changed by {user}: \
+             refused {}. Only {} may change it; edit spec.config, spec.ingress or spec.secretConfig instead",
+            changed.join(", "),
+            policy.privileged.describe()
+        ),
+    ))
+}
+
 /// Validates a ConnectivityProxy: protected fields, then every cross-field rule.
 pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<(), Denial> {
     let new_json = spec_json(req.object.as_ref(), "object")?;
+    if metadata_only_or_deleting(req, new_json)? {
+        // Finalizers, labels and annotations of a CR stored under older rules, or a CR on its way out:
+        // only the protected-field check applies, so deletion never hangs on a newer rule.
+        return protected_fields(
+            req,
+            policy,
+            req.old_object.as_ref().and_then(|o| o.data.get("spec")),
+            new_json,
+        );
+    }
     let new: ConnectivityProxySpec = typed_spec(new_json, "object")?;
     let (old, old_json) = match req.operation {
         Operation::Update => {
@@ -266,27 +321,7 @@ pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<(), 
         }
         _ => (None, None),
     };
-    let user = req.user_info.username.clone().unwrap_or_default();
-    let groups = req.user_info.groups.clone().unwrap_or_default();
-    if !policy.privileged.allows(&user, &groups) {
-        let before = match old_json {
-            Some(o) => deployment_of(o),
-            None => defaults::deployment_defaults_value(),
-        };
-        let changed = changed_paths(before, deployment_of(new_json));
-        if !changed.is_empty() {
-            return Err((
-                403,
-                "Forbidden",
-                format!(
-                    "spec.deployment is managed by the Connectivity Proxy operator and cannot be changed by {user}: \
-                     refused {}. Only {} may change it; edit spec.config, spec.ingress or spec.secretConfig instead",
-                    changed.join(", "),
-                    policy.privileged.describe()
-                ),
-            ));
-        }
-    }
+    protected_fields(req, policy, old_json, new_json)?;
     let cluster = ClusterFacts {
         service_mappings: facts
             .service_mappings
@@ -308,7 +343,13 @@ pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<(), 
 
 /// Validates a ServiceMapping: its fields and the uniqueness of (type, subaccountId, serviceId).
 pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
-    let spec: ServiceMappingSpec = typed_spec(spec_json(req.object.as_ref(), "object")?, "object")?;
+    let spec_value = spec_json(req.object.as_ref(), "object")?;
+    if metadata_only_or_deleting(req, spec_value)? {
+        // Labels (the operator's adoption), finalizers: a mapping stored under older rules stays
+        // writable and deletable.
+        return Ok(());
+    }
+    let spec: ServiceMappingSpec = typed_spec(spec_value, "object")?;
     let mut errors = validate_mapping(&spec, facts.shared_tenant);
     let key = cp_api::mapping::mapping_key(&spec);
     let name = req

@@ -342,3 +342,99 @@ fn the_answer_carries_the_patch_base64_encoded_and_everything_else_as_kube_write
     };
     assert_eq!(strip(ours), strip(kubes));
 }
+
+/// A CR stored before a rule existed: dedicated tenant mode without a subaccount id.
+fn cr_breaking_a_newer_rule() -> Value {
+    let mut cr = defaulted_cr();
+    cr["spec"]["config"]["subaccountId"] = Value::Null;
+    cr["spec"]["config"]["tenantMode"] = json!("dedicated");
+    cr
+}
+
+#[test]
+fn metadata_only_updates_and_deletion_are_judged_only_by_the_protected_fields() {
+    let stored = cr_breaking_a_newer_rule();
+    // A spec change of that CR is judged by every rule.
+    let mut edited = stored.clone();
+    edited["spec"]["config"]["subaccountSubdomain"] = json!("other");
+    let body = review_body(
+        "ConnectivityProxy",
+        "UPDATE",
+        "alice",
+        edited,
+        Some(stored.clone()),
+    );
+    assert_eq!(
+        run(Endpoint::Validate, &body, Facts::default()).1,
+        Decision::Denied
+    );
+    // Removing the finalizer (spec unchanged) is not.
+    let mut unfinalized = stored.clone();
+    unfinalized["metadata"]["finalizers"] = json!([]);
+    unfinalized["metadata"]["labels"] = json!({"team": "a"});
+    let body = review_body(
+        "ConnectivityProxy",
+        "UPDATE",
+        "alice",
+        unfinalized,
+        Some(stored.clone()),
+    );
+    assert_eq!(
+        run(Endpoint::Validate, &body, Facts::default()).1,
+        Decision::Allowed
+    );
+    // A CR being deleted: rules skipped, protected fields still protected.
+    let mut deleting = stored.clone();
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-11-30T12:00:00Z");
+    deleting["spec"]["config"]["subaccountSubdomain"] = json!("other");
+    let body = review_body(
+        "ConnectivityProxy",
+        "UPDATE",
+        "alice",
+        deleting.clone(),
+        Some(stored.clone()),
+    );
+    assert_eq!(
+        run(Endpoint::Validate, &body, Facts::default()).1,
+        Decision::Allowed
+    );
+    deleting["spec"]["deployment"]["replicaCount"] = json!(7);
+    let body = review_body(
+        "ConnectivityProxy",
+        "UPDATE",
+        "alice",
+        deleting,
+        Some(stored),
+    );
+    let (resp, d) = run(Endpoint::Validate, &body, Facts::default());
+    assert_eq!(d, Decision::Denied);
+    assert!(
+        resp.result.message.contains("spec.deployment.replicaCount"),
+        "{}",
+        resp.result.message
+    );
+}
+
+#[test]
+fn a_mapping_stored_under_older_rules_can_still_be_labelled() {
+    let stored = json!({"apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+        "metadata": {"name": "old"}, "spec": {"type": "RFC", "serviceId": "s", "internalAddress": "no-port"}});
+    let mut labelled = stored.clone();
+    labelled["metadata"]["labels"] = json!({"kyma-project.io/module": "connectivity-proxy"});
+    let body = review_body(
+        "ServiceMapping",
+        "UPDATE",
+        "op",
+        labelled.clone(),
+        Some(stored.clone()),
+    );
+    assert_eq!(
+        run(Endpoint::ValidateServiceMapping, &body, Facts::default()).1,
+        Decision::Allowed
+    );
+    let body = review_body("ServiceMapping", "CREATE", "op", labelled, None);
+    assert_eq!(
+        run(Endpoint::ValidateServiceMapping, &body, Facts::default()).1,
+        Decision::Denied
+    );
+}
