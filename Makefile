@@ -49,6 +49,10 @@ check-leaks:
 	  left=$$(ps -eo pid=,args= | grep -E 'cp-operator/k8s-[^ ]*/bin/(kube-apiserver|kube-controller-manager|etcd) ' | grep -v grep || true); \
 	  [ -z "$$left" ] && exit 0; sleep 0.2; \
 	done; echo "control-plane processes left running:"; echo "$$left"; exit 1
+	@if command -v podman >/dev/null; then \
+	  left=$$(podman --runtime=runc ps -q --filter label=cp-operator.test=1); \
+	  if [ -n "$$left" ]; then echo "test containers left running: $$left"; exit 1; fi; \
+	fi
 
 ## The controller SIGKILLed at random points of 20 legacy takeovers, each on a fresh control plane
 ## (about 5 minutes). CP_SOAK_RUNS and CP_SOAK_SEED change or replay it.
@@ -67,7 +71,7 @@ go-peer:
 
 ## Benchmarks on a local control plane, release builds, loopback only: writes BENCHMARKS.md.
 ## BENCH_FLAGS=--quick for a short run.
-bench: k8s-bins go-peer
+bench: k8s-bins go-peer images
 	cargo build --release -p cp-webhook -p cp-controller -p cp-bench --bins
 	cargo bench -q -p cp-bench --bench admission -- --warm-up-time 1 --measurement-time 3
 	CP_WEBHOOK_LOG=warn CP_CONTROLLER_LOG=warn $(CARGO_TARGET_DIR)/release/cp-bench $(BENCH_FLAGS)

@@ -73,6 +73,7 @@ async fn run(quick: bool, out: &Path) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     )?;
     md.push_str(&machine());
+    md.push_str(&images());
     md.push_str(&webhook);
     md.push_str(&criterion);
     md.push_str(&controller);
@@ -101,6 +102,42 @@ fn cmd_version(program: &str, args: &[&str]) -> String {
                 .to_string()
         })
         .unwrap_or_else(|| "not found".into())
+}
+
+/// The images `make images` built (goal: each < 20 MB).
+fn images() -> String {
+    let mut out = String::from(
+        "## Images
+
+Built by `make images` (static release binaries on an empty base); goal: each < 20 MB.
+
+         | image | size | goal |\n| --- | --- | --- |\n",
+    );
+    for name in ["webhook", "controller"] {
+        let image = cp_tests::container::image(name);
+        let size =
+            cp_tests::container::podman(&["image", "inspect", "--format", "{{.Size}}", &image])
+                .ok()
+                .filter(|o| o.status.success())
+                .and_then(|o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                });
+        match size {
+            Some(b) => out.push_str(&format!(
+                "| `{image}` | {:.1} MB ({b} bytes) | {} |\n",
+                b as f64 / 1e6,
+                if b < 20_000_000 { "met" } else { "missed" }
+            )),
+            None => out.push_str(&format!(
+                "| `{image}` | not built (run `make images`) | |\n"
+            )),
+        }
+    }
+    out.push('\n');
+    out
 }
 
 fn machine() -> String {

@@ -278,6 +278,7 @@ async fn run() -> anyhow::Result<()> {
         shoot_info: shoot_store,
         ca_fetched: Default::default(),
         failures: Default::default(),
+        synced: health.ready.clone(),
         settings: Settings {
             deployment_defaults: cp_controller::upgrade::release_defaults(overrides.as_ref()),
             resync: Duration::from_secs(args.resync_seconds),
@@ -350,10 +351,17 @@ async fn run() -> anyhow::Result<()> {
     }
 
     let ready_flag = health.ready.clone();
-    let (c, m) = (crds.clone(), mappings.clone());
+    let (c, m, p, s) = (
+        crds.clone(),
+        mappings.clone(),
+        ctx.proxies.clone(),
+        ctx.shoot_info.clone(),
+    );
     tokio::spawn(async move {
         let _ = c.wait_until_ready().await;
         let _ = m.wait_until_ready().await;
+        let _ = p.wait_until_ready().await;
+        let _ = s.wait_until_ready().await;
         ready_flag.store(true, std::sync::atomic::Ordering::SeqCst);
     });
 

@@ -23,7 +23,7 @@ pub async fn reconcile(cr: Arc<ConnectivityProxy>, ctx: Arc<Ctx>) -> Result<Acti
     let start = Instant::now();
     // Right after a start the caches may be empty: an empty mapping list would publish an empty
     // mappings ConfigMap or let a blocked deletion proceed. Nothing is decided before they synced.
-    if !stores_synced(&ctx).await {
+    if !ctx.synced.load(std::sync::atomic::Ordering::SeqCst) {
         tracing::info!("caches not synced yet; reconciling once they are");
         return Ok(Action::requeue(std::time::Duration::from_secs(1)));
     }
@@ -56,19 +56,6 @@ pub async fn reconcile(cr: Arc<ConnectivityProxy>, ctx: Arc<Ctx>) -> Result<Acti
         f.remove(&failure_key(&cr));
     }
     result
-}
-
-/// Whether every store the reconcile reads has had its first complete listing.
-async fn stores_synced(ctx: &Ctx) -> bool {
-    let wait = async {
-        ctx.crds.wait_until_ready().await.is_ok()
-            && ctx.mappings.wait_until_ready().await.is_ok()
-            && ctx.proxies.wait_until_ready().await.is_ok()
-            && ctx.shoot_info.wait_until_ready().await.is_ok()
-    };
-    tokio::time::timeout(std::time::Duration::from_millis(100), wait)
-        .await
-        .unwrap_or(false)
 }
 
 fn failure_key(cr: &ConnectivityProxy) -> String {
