@@ -46,7 +46,8 @@ pub struct Ctx {
     /// When the Connectivity CA was last fetched, by URL: it is fetched again after
     /// [`CA_REFRESH`], as the legacy reconciler refetched it on every run.
     pub ca_fetched: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
-    /// Set once every store above has had its first complete listing (also `/readyz`).
+    /// Set once the CRD and ServiceMapping stores have had their first complete listing (also
+    /// `/readyz`): no reconcile decides anything before.
     pub synced: Arc<std::sync::atomic::AtomicBool>,
     /// Consecutive reconcile failures per CR (`namespace/name`), for the error backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,

@@ -351,17 +351,13 @@ async fn run() -> anyhow::Result<()> {
     }
 
     let ready_flag = health.ready.clone();
-    let (c, m, p, s) = (
-        crds.clone(),
-        mappings.clone(),
-        ctx.proxies.clone(),
-        ctx.shoot_info.clone(),
-    );
+    // The stores decisions depend on: which CRDs exist (dependencies) and which ServiceMappings exist
+    // (aggregation, blocked deletion). The CR store feeds the reconciles themselves, and shoot-info is
+    // read from the API while its store has not seen it.
+    let (c, m) = (crds.clone(), mappings.clone());
     tokio::spawn(async move {
         let _ = c.wait_until_ready().await;
         let _ = m.wait_until_ready().await;
-        let _ = p.wait_until_ready().await;
-        let _ = s.wait_until_ready().await;
         ready_flag.store(true, std::sync::atomic::Ordering::SeqCst);
     });
 
