@@ -20,7 +20,7 @@ registry=$(grep -A1 'pub const IMAGE_REGISTRY' shared/src/bundle.rs | grep -o '"
 [ -n "$version" ] && [ -n "$registry" ] || { echo "error: cannot read the version (Cargo.toml) or the image registry (shared/src/bundle.rs)" >&2; exit 1; }
 target=x86_64-unknown-linux-gnu
 target_dir=${CARGO_TARGET_DIR:-$root/target}
-echo ">> building static release binaries (the first release build takes about 6 minutes on 2 cores)" >&2
+echo ">> building static release binaries (the first release build, with whole-program optimisation, takes about 12 minutes on 2 cores)" >&2
 RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target "$target" \
   -p cp-webhook -p cp-controller --bin cp-webhook --bin cp-controller >&2
 ctx=$(mktemp -d)

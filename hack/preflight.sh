@@ -31,6 +31,25 @@ fi
 [ "$fail" = 0 ] || exit 1
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/cp-operator
+# Build directories are kept per checkout: remember whose each is, drop those of checkouts that are gone,
+# and keep the three used most recently, so clones that come and go do not fill the disk.
+if [ -n "${CARGO_TARGET_DIR:-}" ] && [[ "$CARGO_TARGET_DIR" == "$cache"/target-* ]]; then
+  mkdir -p "$CARGO_TARGET_DIR"
+  echo "$root" > "$CARGO_TARGET_DIR/.checkout"
+  touch "$CARGO_TARGET_DIR"
+  for d in "$cache"/target-*; do
+    [ -d "$d" ] && [ "$d" != "$CARGO_TARGET_DIR" ] || continue
+    owner=$(cat "$d/.checkout" 2>/dev/null || true)
+    if [ -n "$owner" ] && [ ! -d "$owner" ]; then
+      echo ">> removing the build directory of $owner (checkout gone): $d"
+      rm -rf "$d"
+    fi
+  done
+  ls -dt "$cache"/target-* 2>/dev/null | tail -n +4 | while read -r d; do
+    echo ">> removing the least recently used build directory $d"
+    rm -rf "$d"
+  done
+fi
 version_of() { awk -v m="$1" '$1 == m || ($1 == "require" && $2 == m) {print $NF; exit}' "$2"; }
 kube=$(version_of k8s.io/kubernetes "$root/tests/k8s-bins/kube/go.mod")
 etcd=$(version_of go.etcd.io/etcd/server/v3 "$root/tests/k8s-bins/etcd/go.mod")
