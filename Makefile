@@ -40,6 +40,7 @@ lint:
 
 ## fmt + clippy + unit tests + integration tests on a real local control plane.
 test: k8s-bins lint build images
+	@bash hack/preflight.sh test >/dev/null
 	cargo test --workspace --no-fail-fast
 	@$(MAKE) --no-print-directory check-leaks
 

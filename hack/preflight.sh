@@ -23,6 +23,9 @@ if command -v rustc >/dev/null; then
   have=$(rustc --version | awk '{print $2}')
   version_ge "$have" "$need_rust" || missing "rustc $have is too old: this workspace needs Rust $need_rust or newer (rustup update)"
 fi
+if [ "${1:-}" = test ] && ! python3 -c 'import yaml' 2>/dev/null; then
+  missing "PyYAML is needed by the tests (the YAML 1.1 oracle): apt-get install -y python3-yaml (or pip install pyyaml)"
+fi
 if [ "${1:-}" = images ]; then
   if ! command -v buildah >/dev/null || ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
     missing "buildah, podman and runc are needed for the images: apt-get install -y buildah podman runc (make images installs them when run as root)"
