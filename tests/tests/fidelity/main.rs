@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 
 use cp_api::ConnectivityProxy;
 use cp_controller::desired::{Resolved, render_config};
-use serde_json::Value;
 
 fn legacy_config() -> String {
     let text = std::fs::read_to_string(cp_tests::fixtures::path(cp_tests::fixtures::LEGACY_CONFIG))
@@ -109,5 +108,4 @@ fn the_oracle_catches_an_unquoted_off() {
     let diffs = cp_tests::yaml11::mismatches(&[(legacy, "highAvailabilityMode: off\n".into())])
         .expect("PyYAML");
     assert_eq!(diffs.len(), 1, "{diffs:?}");
-    let _: Value = Value::Null;
 }
