@@ -28,14 +28,6 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// `../shared/reference` beside the project (override with `CP_REFERENCE_DIR`): read only by
-/// `make check-reference`, never by `make run` or `make test`.
-pub fn reference_dir() -> PathBuf {
-    std::env::var_os("CP_REFERENCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("../shared/reference"))
-}
-
 /// Directory of this workspace's own binaries (`cp-webhook`, `cp-controller`): beside the running
 /// test executable's `deps/` directory, or `CP_BIN_DIR`.
 pub fn own_bin_dir() -> PathBuf {

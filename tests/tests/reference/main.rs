@@ -18,8 +18,13 @@ use cp_tests::{ControlPlane, fixtures, manifest};
 use kube::CustomResourceExt;
 use serde_json::Value;
 
+/// The upstream files: `CP_REFERENCE_DIR`, or `../shared/reference` beside the project (set by
+/// `make check-reference`). Nothing else in the project reads outside the repository.
 fn reference(rel: &str) -> PathBuf {
-    cp_tests::reference_dir().join(rel)
+    std::env::var_os("CP_REFERENCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cp_tests::workspace_root().join("../shared/reference"))
+        .join(rel)
 }
 
 fn yaml_file(path: &std::path::Path) -> Vec<Value> {

@@ -30,7 +30,6 @@ fn nothing_reads_beside_the_repository() {
         }
         // The reference checks are the one place allowed to read ../shared (make check-reference).
         if p.starts_with(root().join("tests/tests/reference"))
-            || p.ends_with("tests/src/lib.rs")
             || p.ends_with("tests/tests/standalone/main.rs")
         {
             continue;
