@@ -98,15 +98,15 @@ pub async fn mark_statefulset_ready(admin: &Client, ns: &str) -> anyhow::Result<
     Ok(())
 }
 
-/// Plays what a local control plane lacks for CR `ns/cr` (the SAP BTP service operator once, when the
-/// CR waits for its service key; the StatefulSet's kubelets, whenever it waits for them) until the CR
-/// is Ready, or fails after `timeout` with the CR's last state and reasons.
+/// Plays what a local control plane lacks for CR `ns/cr` (with `btp` = (subaccount, subdomain), the SAP
+/// BTP service operator once, when the CR waits for its service key; the StatefulSet's kubelets,
+/// whenever it waits for them) until the CR is Ready, or fails after `timeout` with the CR's last state
+/// and reasons.
 pub async fn play_until_ready(
     admin: &Client,
     ns: &str,
     cr: &str,
-    subaccount: &str,
-    subdomain: &str,
+    btp: Option<(&str, &str)>,
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let api: Api<cp_api::ConnectivityProxy> = Api::namespaced(admin.clone(), ns);
@@ -120,7 +120,8 @@ pub async fn play_until_ready(
                 return Ok(Some(()));
             }
             let has = |r: &str| st.conditions.iter().any(|c| c.reason == r);
-            if has("ServiceKeyPending")
+            if let Some((subaccount, subdomain)) = btp
+                && has("ServiceKeyPending")
                 && !btp_played.swap(true, std::sync::atomic::Ordering::SeqCst)
             {
                 play_btp_operator(admin, ns, cr, subaccount, subdomain)

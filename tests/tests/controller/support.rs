@@ -230,27 +230,9 @@ pub async fn make_ready(admin: &Client, ns: &str, cr: &str) {
 
 /// Plays the StatefulSet controller and its kubelets until the CR is Ready.
 pub async fn play_until_ready(admin: &Client, ns: &str, cr: &str) {
-    let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), ns);
-    cp_tests::wait::until(&format!("{ns}/{cr} Ready"), Duration::from_secs(20), || {
-        let api = api.clone();
-        async move {
-            let c = api.get(cr).await.map_err(|e| e.to_string())?;
-            let st = c.status.unwrap_or_default();
-            if st.state == Some(State::Ready) {
-                return Ok(Some(()));
-            }
-            if st
-                .conditions
-                .iter()
-                .any(|c| c.reason == "StatefulSetNotReady")
-            {
-                mark_statefulset_ready(admin, ns).await;
-            }
-            Err(format!("{:?}: {:?}", st.state, st.description))
-        }
-    })
-    .await
-    .expect("Ready");
+    cp_tests::fakes::play_until_ready(admin, ns, cr, None, Duration::from_secs(20))
+        .await
+        .expect("Ready");
 }
 
 /// A user's edit of `spec.config.servers.proxy.http.port` (a merge patch).

@@ -274,8 +274,7 @@ async fn images_run_the_module_against_the_api_server() {
         &admin,
         names::KYMA_SYSTEM,
         "connectivity-proxy",
-        "11111111-2222-4333-8444-555555555555",
-        "images-subdomain",
+        Some(("11111111-2222-4333-8444-555555555555", "images-subdomain")),
         Duration::from_secs(90),
     )
     .await

@@ -24,16 +24,9 @@ use serde_json::json;
 const CR: &str = "connectivity-proxy";
 
 async fn play_until_ready(admin: &kube::Client) {
-    cp_tests::fakes::play_until_ready(
-        admin,
-        legacy::NS,
-        CR,
-        "unused",
-        "unused",
-        Duration::from_secs(60),
-    )
-    .await
-    .expect("Ready");
+    cp_tests::fakes::play_until_ready(admin, legacy::NS, CR, None, Duration::from_secs(60))
+        .await
+        .expect("Ready");
 }
 
 async fn config_of(admin: &kube::Client) -> serde_json::Value {
