@@ -8,7 +8,7 @@ export CARGO_TERM_COLOR ?= never
 BIN := $(CARGO_TARGET_DIR)/debug
 
 .PHONY: all run test lint fmt k8s-bins build manifests check-manifests check-leaks clean-local soak fuzz bench go-peer \
-	preflight images check-reference print-target-dir
+	preflight images check-reference print-target-dir deny audit
 
 all: build
 
@@ -38,8 +38,16 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 
-## fmt + clippy + unit tests + integration tests on a real local control plane.
-test: k8s-bins lint build images
+## Dependency licenses, bans and sources (cargo-deny, deny.toml); reaches only crates.io.
+deny:
+	@bash hack/cargo-deny.sh
+
+## RustSec advisories (cargo-deny); needs github.com for the advisory database, so not in `make test`.
+audit:
+	@bash hack/cargo-deny.sh advisories
+
+## fmt + clippy + cargo-deny + unit tests + integration tests on a real local control plane.
+test: k8s-bins lint deny build images
 	@bash hack/preflight.sh test >/dev/null
 	cargo test --workspace --no-fail-fast
 	@$(MAKE) --no-print-directory check-leaks

@@ -395,7 +395,7 @@ fn default_cr() -> anyhow::Result<ConnectivityProxy> {
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let first = yaml.split("\n---").next().unwrap_or(&yaml);
     let mut v: Value =
-        serde_yaml::from_str(first).with_context(|| format!("parsing {}", path.display()))?;
+        serde_norway::from_str(first).with_context(|| format!("parsing {}", path.display()))?;
     v.as_object_mut()
         .with_context(|| format!("{} is not an object", path.display()))?
         .insert("metadata".into(), json!({"name": CR}));

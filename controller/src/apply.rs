@@ -211,11 +211,14 @@ impl Applier {
         Ok(true)
     }
 
-    /// Every managed object of `kinds` that belongs to the CR `owner` (`namespace/name`).
+    /// Every managed object of `kinds` that belongs to the CR `owner` (`namespace/name`), looked up in
+    /// `namespaces` (namespaced kinds) and cluster-wide (cluster-scoped kinds): the controller may list
+    /// namespaced objects only where its RoleBindings are.
     pub async fn owned(
         &self,
         kinds: &[Kind],
         owner: (&str, &str),
+        namespaces: &[String],
     ) -> Result<Vec<(Kind, DynamicObject)>, Error> {
         let selector = format!(
             "{}={},{}={},{}={}",
@@ -227,13 +230,31 @@ impl Applier {
             owner.1
         );
         let mut out = Vec::new();
+        let cluster = [None];
+        let spaces: Vec<Option<&str>> = namespaces.iter().map(|n| Some(n.as_str())).collect();
         for &kind in kinds {
-            let list = self
-                .api(kind, None)
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(|e| Error::kube(format!("listing {}", kind.api_resource().plural), e))?;
-            out.extend(list.items.into_iter().map(|o| (kind, o)));
+            let scopes = if kind.namespaced() {
+                &spaces[..]
+            } else {
+                &cluster[..]
+            };
+            for &ns in scopes {
+                let list = self
+                    .api(kind, ns)
+                    .list(&ListParams::default().labels(&selector))
+                    .await
+                    .map_err(|e| {
+                        let plural = kind.api_resource().plural;
+                        Error::kube(
+                            match ns {
+                                Some(ns) => format!("listing {plural} in {ns}"),
+                                None => format!("listing {plural}"),
+                            },
+                            e,
+                        )
+                    })?;
+                out.extend(list.items.into_iter().map(|o| (kind, o)));
+            }
         }
         Ok(out)
     }
@@ -243,10 +264,11 @@ impl Applier {
         &self,
         kinds: &[Kind],
         owner: (&str, &str),
+        namespaces: &[String],
         keep: &BTreeSet<(Kind, Option<String>, String)>,
     ) -> Result<usize, Error> {
         let mut deleted = 0;
-        for (kind, obj) in self.owned(kinds, owner).await? {
+        for (kind, obj) in self.owned(kinds, owner, namespaces).await? {
             let key = (kind, obj.namespace(), obj.name_any());
             if keep.contains(&key) {
                 continue;

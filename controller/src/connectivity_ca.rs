@@ -11,6 +11,8 @@ use std::time::Duration;
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::dns::Name;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
@@ -18,13 +20,70 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-/// Where the CA is served, from the service key JSON.
-pub fn ca_url(service_key: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(service_key).ok()?;
-    let cs = v.get("connectivity_service")?;
-    let base = cs.get("url")?.as_str()?.trim_end_matches('/');
-    let path = cs.get("CAs_path")?.as_str()?;
-    Some(format!("{base}/{}", path.trim_start_matches('/')))
+/// The largest CA bundle accepted (a handful of PEM certificates is a few KiB).
+pub const MAX_CA_BYTES: usize = 256 * 1024;
+
+/// Where the CA is served, from the service key JSON: `connectivity_service.url` + `CAs_path`. The URL
+/// is refused unless it is HTTPS to a DNS name inside the key's own domain (`uaadomain` without its
+/// first label, e.g. `authentication.eu10.hana.ondemand.com` → `eu10.hana.ondemand.com`): a key written
+/// by a CR editor cannot make the controller fetch from anywhere else (SSRF).
+pub fn ca_url(service_key: &[u8]) -> Result<String, String> {
+    let v: Value = serde_json::from_slice(service_key)
+        .map_err(|_| "the Connectivity service key is not JSON".to_string())?;
+    let cs = v.get("connectivity_service");
+    let field = |name: &str| {
+        cs.and_then(|c| c.get(name))
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                format!("the Connectivity service key has no connectivity_service.{name}; the gateway cannot verify the Cloud Connector")
+            })
+    };
+    let (base, path) = (field("url")?, field("CAs_path")?);
+    let url = format!(
+        "{}/{}",
+        base.trim_end_matches('/'),
+        path.trim_start_matches('/')
+    );
+    let uri: hyper::Uri = url
+        .parse()
+        .map_err(|_| format!("connectivity_service.url {base:?} is not a URL"))?;
+    if uri.scheme_str() != Some("https") {
+        return Err(format!(
+            "connectivity_service.url {base:?} is not HTTPS; the CA is fetched only over HTTPS"
+        ));
+    }
+    let host = uri.host().unwrap_or_default().to_ascii_lowercase();
+    if host.parse::<IpAddr>().is_ok() || host.starts_with('[') {
+        return Err(format!(
+            "connectivity_service.url {base:?} names an IP address; a DNS name in the service key's domain is required"
+        ));
+    }
+    let domain = v
+        .get("uaadomain")
+        .and_then(Value::as_str)
+        .and_then(|d| d.split_once('.').map(|(_, rest)| rest.to_ascii_lowercase()))
+        .filter(|d| d.contains('.') || !d.is_empty())
+        .ok_or_else(|| {
+            format!("the Connectivity service key has no uaadomain, so {host} cannot be checked against the key's domain; the CA is not fetched")
+        })?;
+    if host != domain && !host.ends_with(&format!(".{domain}")) {
+        return Err(format!(
+            "connectivity_service.url host {host} is outside the service key's domain {domain} (from uaadomain); the CA is not fetched"
+        ));
+    }
+    Ok(url)
+}
+
+/// Reads extra trusted roots (PEM) for the CA endpoint, e.g. a private landscape's CA.
+pub fn load_roots(path: &std::path::Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let roots: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if roots.is_empty() {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(roots)
 }
 
 /// Resolves host names in-process (hickory: `/etc/resolv.conf` and `/etc/hosts`), so the static
@@ -78,20 +137,43 @@ impl tower::Service<Name> for Resolver {
     }
 }
 
-/// Fetches the CA with a bounded timeout per attempt and a few retries; returns PEM.
-pub async fn fetch(url: &str, timeout: Duration, attempts: u32) -> Result<String, String> {
+/// Fetches the CA over HTTPS (the system's roots plus `extra_roots`) with a bounded time per attempt,
+/// a few retries and at most [`MAX_CA_BYTES`]; returns PEM. Errors never quote the response body.
+pub async fn fetch(
+    url: &str,
+    timeout: Duration,
+    attempts: u32,
+    extra_roots: &[CertificateDer<'static>],
+) -> Result<String, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(c);
+    }
+    for c in extra_roots {
+        roots
+            .add(c.clone())
+            .map_err(|e| format!("an extra trusted root is unusable: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err("no trusted root certificates (system bundle empty and none given)".into());
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("configuring TLS: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
     let mut http = HttpConnector::new_with_resolver(Resolver::from_system()?);
     http.enforce_http(false);
+    http.set_connect_timeout(Some(timeout));
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_native_roots()
-        .map_err(|e| format!("loading the system's root certificates: {e}"))?
-        .https_or_http()
+        .with_tls_config(tls)
+        .https_only()
         .enable_http1()
         .wrap_connector(http);
     let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
-    let uri: hyper::Uri = url
-        .parse()
-        .map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    let uri: hyper::Uri = url.parse().map_err(|_| format!("{url:?} is not a URL"))?;
     let mut last = String::new();
     for attempt in 0..attempts.max(1) {
         if attempt > 0 {
@@ -102,17 +184,28 @@ pub async fn fetch(url: &str, timeout: Duration, attempts: u32) -> Result<String
             Err(e) => return Err(e.to_string()),
         };
         let result = tokio::time::timeout(timeout, async {
-            let resp = client.request(req).await.map_err(|e| e.to_string())?;
+            let resp = client.request(req).await.map_err(|e| {
+                use std::error::Error as _;
+                let mut msg = e.to_string();
+                let mut src = e.source();
+                while let Some(s) = src {
+                    msg.push_str(": ");
+                    msg.push_str(&s.to_string());
+                    src = s.source();
+                }
+                msg
+            })?;
             let status = resp.status();
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| e.to_string())?
-                .to_bytes();
             if !status.is_success() {
                 return Err(format!("HTTP {status}"));
             }
+            let body = http_body_util::Limited::new(resp.into_body(), MAX_CA_BYTES)
+                .collect()
+                .await
+                .map_err(|_| {
+                    format!("the response is larger than {MAX_CA_BYTES} bytes or was cut off")
+                })?
+                .to_bytes();
             Ok::<_, String>(String::from_utf8_lossy(&body).to_string())
         })
         .await;
@@ -132,13 +225,54 @@ pub async fn fetch(url: &str, timeout: Duration, attempts: u32) -> Result<String
 mod tests {
     use super::*;
 
+    fn key(url: &str, uaadomain: Option<&str>) -> Vec<u8> {
+        let mut v =
+            serde_json::json!({"connectivity_service": {"url": url, "CAs_path": "/api/v1/CAs"}});
+        if let Some(d) = uaadomain {
+            v["uaadomain"] = d.into();
+        }
+        v.to_string().into_bytes()
+    }
+
     #[test]
-    fn url_from_service_key() {
-        let key = br#"{"connectivity_service": {"url": "https://c.example.com/", "CAs_path": "/api/v1/CAs"}}"#;
+    fn url_from_service_key_only_https_inside_the_keys_domain() {
+        let eu10 = Some("authentication.eu10.hana.ondemand.com");
         assert_eq!(
-            ca_url(key).as_deref(),
-            Some("https://c.example.com/api/v1/CAs")
+            ca_url(&key(
+                "https://connectivity.cf.eu10.hana.ondemand.com/",
+                eu10
+            ))
+            .as_deref(),
+            Ok("https://connectivity.cf.eu10.hana.ondemand.com/api/v1/CAs")
         );
-        assert_eq!(ca_url(b"{}"), None);
+        for (url, domain, why) in [
+            (
+                "http://connectivity.cf.eu10.hana.ondemand.com",
+                eu10,
+                "not HTTPS",
+            ),
+            ("https://169.254.169.254", eu10, "IP address"),
+            ("https://[::1]:8443", eu10, "IP address"),
+            (
+                "https://evil.example.com",
+                eu10,
+                "outside the service key's domain",
+            ),
+            ("https://eu10.hana.ondemand.com.evil.com", eu10, "outside"),
+            (
+                "https://connectivity.cf.eu10.hana.ondemand.com",
+                None,
+                "no uaadomain",
+            ),
+        ] {
+            let e = ca_url(&key(url, domain)).expect_err(url);
+            assert!(e.contains(why), "{url}: {e}");
+        }
+        assert!(
+            ca_url(b"{}")
+                .expect_err("no url")
+                .contains("connectivity_service.url")
+        );
+        assert!(ca_url(b"not json").is_err());
     }
 }

@@ -21,6 +21,8 @@ pub struct Settings {
     pub tunnel: crate::certificates::TunnelCertSettings,
     /// `spec.deployment` defaults of this release (with any override applied).
     pub deployment_defaults: serde_json::Value,
+    /// Roots trusted for the Connectivity CA endpoint besides the system's (`--connectivity-ca-trust`).
+    pub ca_endpoint_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
 }
 
 /// Shared state of the reconciler.

@@ -59,7 +59,11 @@ pub async fn reconcile_deletion(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Act
     let name = cr.name_any();
     for (kind, obj) in ctx
         .applier
-        .owned(&available_kinds(ctx), (&ns, &name))
+        .owned(
+            &available_kinds(ctx),
+            (&ns, &name),
+            &crate::reconcile::object_namespaces(cr),
+        )
         .await?
     {
         ctx.applier

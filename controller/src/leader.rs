@@ -27,6 +27,26 @@ impl LeaseConfig {
     pub fn renew_every(&self) -> Duration {
         self.duration / 3
     }
+
+    /// How long one attempt (read + write) may take: a hung request must not outlive the renewal
+    /// window.
+    pub fn attempt_timeout(&self) -> Duration {
+        self.duration / 3
+    }
+
+    /// Stop leading when no renewal succeeded for this long: a third of the duration before another
+    /// replica may take over, so two leaders never reconcile at once.
+    pub fn renew_deadline(&self) -> Duration {
+        self.duration - self.duration / 3
+    }
+}
+
+/// One acquisition or renewal, bounded by [`LeaseConfig::attempt_timeout`].
+async fn attempt(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<Attempt, String> {
+    match tokio::time::timeout(cfg.attempt_timeout(), try_acquire(api, cfg)).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {:?}", cfg.attempt_timeout())),
+    }
 }
 
 enum Attempt {
@@ -96,7 +116,7 @@ async fn try_acquire(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<Attempt, kub
 pub async fn acquire(client: &Client, cfg: &LeaseConfig) {
     let api: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
     loop {
-        match try_acquire(&api, cfg).await {
+        match attempt(&api, cfg).await {
             Ok(Attempt::Acquired) => {
                 tracing::info!(identity = %cfg.identity, lease = %cfg.name, "became leader");
                 return;
@@ -110,14 +130,14 @@ pub async fn acquire(client: &Client, cfg: &LeaseConfig) {
     }
 }
 
-/// Renews the lease until renewal fails for longer than the lease duration; returns then, and the
-/// caller must stop reconciling (another replica may already lead).
+/// Renews the lease until renewal fails for longer than [`LeaseConfig::renew_deadline`]; returns then,
+/// and the caller must stop reconciling (another replica may take over soon).
 pub async fn keep(client: Client, cfg: LeaseConfig) {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let mut last_ok = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(cfg.renew_every()).await;
-        match try_acquire(&api, &cfg).await {
+        match attempt(&api, &cfg).await {
             Ok(Attempt::Acquired) => last_ok = tokio::time::Instant::now(),
             Ok(Attempt::HeldByOther(holder)) => {
                 tracing::error!(%holder, "lost the lease to another replica");
@@ -125,10 +145,59 @@ pub async fn keep(client: Client, cfg: LeaseConfig) {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "renewing the lease failed");
-                if last_ok.elapsed() >= cfg.duration {
+                if last_ok.elapsed() >= cfg.renew_deadline() {
                     return;
                 }
             }
         }
+    }
+}
+
+/// Gives the lease up on a graceful shutdown (holder cleared, as client-go's `ReleaseOnCancel`), so a
+/// standby takes over at its next attempt instead of after the lease duration. Bounded by the attempt
+/// timeout; a failure only means the standby waits for the lease to lapse.
+pub async fn release(client: Client, cfg: &LeaseConfig) {
+    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    let work = async {
+        let Some(mut lease) = api.get_opt(&cfg.name).await? else {
+            return Ok::<bool, kube::Error>(false);
+        };
+        let mut spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(cfg.identity.as_str()) {
+            return Ok(false);
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        lease.spec = Some(spec);
+        api.replace(&cfg.name, &PostParams::default(), &lease)
+            .await?;
+        Ok(true)
+    };
+    match tokio::time::timeout(cfg.attempt_timeout(), work).await {
+        Ok(Ok(true)) => tracing::info!(lease = %cfg.name, "leader lease released"),
+        Ok(Ok(false)) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "releasing the lease failed; it lapses by itself"),
+        Err(_) => tracing::warn!("releasing the lease timed out; it lapses by itself"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leader_stops_before_a_standby_may_take_over() {
+        let cfg = LeaseConfig {
+            namespace: "kyma-system".into(),
+            name: "l".into(),
+            identity: "a".into(),
+            duration: Duration::from_secs(15),
+        };
+        assert_eq!(cfg.renew_every(), Duration::from_secs(5));
+        assert_eq!(cfg.attempt_timeout(), Duration::from_secs(5));
+        assert_eq!(cfg.renew_deadline(), Duration::from_secs(10));
+        // The last successful renewal plus the deadline plus one hung attempt stays inside the lease.
+        assert!(cfg.renew_deadline() + cfg.attempt_timeout() <= cfg.duration);
     }
 }

@@ -91,6 +91,10 @@ struct Args {
     /// Time a new CA bundle or certificate needs to reach the API server and webhook replicas (seconds).
     #[arg(long, env = "CP_CERT_PROPAGATION_SECONDS", default_value_t = 10)]
     cert_propagation_seconds: i64,
+    /// Extra trusted roots (PEM file) for the Connectivity service's CA endpoint, besides the system's
+    /// (a private landscape; the tests' own endpoint). The endpoint is HTTPS-only either way.
+    #[arg(long, env = "CP_CONNECTIVITY_CA_TRUST")]
+    connectivity_ca_trust: Option<std::path::PathBuf>,
     /// Lifetime of the operator's own business-tunnel CA (seconds).
     #[arg(long, env = "CP_TUNNEL_CA_LIFETIME_SECONDS", default_value_t = 5 * 365 * 86400)]
     tunnel_ca_lifetime_seconds: i64,
@@ -281,6 +285,12 @@ async fn run() -> anyhow::Result<()> {
         synced: health.ready.clone(),
         settings: Settings {
             deployment_defaults: cp_controller::upgrade::release_defaults(overrides.as_ref()),
+            ca_endpoint_roots: match &args.connectivity_ca_trust {
+                Some(p) => cp_controller::connectivity_ca::load_roots(p)
+                    .map_err(anyhow::Error::msg)
+                    .context("--connectivity-ca-trust")?,
+                None => vec![],
+            },
             resync: Duration::from_secs(args.resync_seconds),
             tunnel: TunnelCertSettings {
                 ca_lifetime: time::Duration::seconds(args.tunnel_ca_lifetime_seconds),
@@ -328,7 +338,11 @@ async fn run() -> anyhow::Result<()> {
     // Where the BTP CRDs are missing this watch retries with backoff until they appear.
     let binding_ar = cp_controller::desired::Kind::ServiceBinding.api_resource();
     let bindings = watcher(
-        Api::<kube::api::DynamicObject>::all_with(client.clone(), &binding_ar),
+        Api::<kube::api::DynamicObject>::namespaced_with(
+            client.clone(),
+            names::KYMA_SYSTEM,
+            &binding_ar,
+        ),
         managed.clone(),
     )
     .default_backoff()
@@ -362,9 +376,19 @@ async fn run() -> anyhow::Result<()> {
     });
 
     let run = controller
-        .owns(Api::<StatefulSet>::all(client.clone()), managed.clone())
-        .owns(Api::<Service>::all(client.clone()), managed.clone())
-        .owns(Api::<ConfigMap>::all(client.clone()), managed)
+        // Owned objects are watched where the controller may read them (its RoleBinding in kyma-system).
+        .owns(
+            Api::<StatefulSet>::namespaced(client.clone(), names::KYMA_SYSTEM),
+            managed.clone(),
+        )
+        .owns(
+            Api::<Service>::namespaced(client.clone(), names::KYMA_SYSTEM),
+            managed.clone(),
+        )
+        .owns(
+            Api::<ConfigMap>::namespaced(client.clone(), names::KYMA_SYSTEM),
+            managed,
+        )
         .watches_stream(crd_stream, move |crd| {
             if relevant_crd(crd.metadata.name.as_deref().unwrap_or_default()) {
                 all_for_crd()
@@ -384,8 +408,12 @@ async fn run() -> anyhow::Result<()> {
         });
     if args.leader_elect {
         tokio::select! {
-            _ = run => {}
-            _ = leader::keep(client.clone(), lease) => {
+            _ = run => {
+                // Shut down by a signal: hand the lease over now rather than after it lapses.
+                metrics.leader.set(0);
+                leader::release(client.clone(), &lease).await;
+            }
+            _ = leader::keep(client.clone(), lease.clone()) => {
                 metrics.leader.set(0);
                 anyhow::bail!("lost the leader lease; exiting so that the new leader reconciles alone");
             }

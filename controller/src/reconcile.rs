@@ -110,20 +110,22 @@ pub fn error_policy(cr: Arc<ConnectivityProxy>, err: &Error, ctx: Arc<Ctx>) -> A
     Action::requeue(delay)
 }
 
-/// The CR that is reconciled when several exist: the module's CR in `kyma-system` always; otherwise
-/// the oldest (then by namespace and name).
+/// The CR that is reconciled: the oldest (then by name) in `kyma-system`, the module's namespace. A CR
+/// elsewhere is never installed: the controller may write only in kyma-system and the Istio namespace.
 pub fn primary(ctx: &Ctx) -> Option<Arc<ConnectivityProxy>> {
-    ctx.proxies.state().into_iter().min_by(|a, b| {
-        let key = |c: &ConnectivityProxy| {
-            (
-                c.namespace().as_deref() != Some(names::KYMA_SYSTEM),
-                c.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                c.namespace().unwrap_or_default(),
-                c.name_any(),
-            )
-        };
-        key(a).cmp(&key(b))
-    })
+    ctx.proxies
+        .state()
+        .into_iter()
+        .filter(|c| c.namespace().as_deref() == Some(names::KYMA_SYSTEM))
+        .min_by(|a, b| {
+            let key = |c: &ConnectivityProxy| {
+                (
+                    c.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    c.name_any(),
+                )
+            };
+            key(a).cmp(&key(b))
+        })
 }
 
 fn same(a: &ConnectivityProxy, b: &ConnectivityProxy) -> bool {
@@ -146,6 +148,19 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
             State::Warning,
             vec![],
             Cond::failed(types::CONFIGURATION, "DuplicateConnectivityProxy", msg),
+        );
+        status::write(ctx, cr, &computed).await?;
+        return Ok(resync);
+    }
+    if cr.namespace().as_deref() != Some(names::KYMA_SYSTEM) {
+        let msg = format!(
+            "the Connectivity Proxy is installed only from a ConnectivityProxy in {ks} (the module's namespace; the operator writes nowhere else but the Istio namespace): create it in {ks} and delete this one",
+            ks = names::KYMA_SYSTEM
+        );
+        let computed = Computed::blocked(
+            State::Warning,
+            vec![],
+            Cond::failed(types::CONFIGURATION, "OutsideModuleNamespace", msg),
         );
         status::write(ctx, cr, &computed).await?;
         return Ok(resync);
@@ -498,12 +513,34 @@ async fn apply_all(
     let ns = cr.namespace().unwrap_or_default();
     let pruned = ctx
         .applier
-        .prune(&kinds, (&ns, &cr.name_any()), &keep)
+        .prune(&kinds, (&ns, &cr.name_any()), &object_namespaces(cr), &keep)
         .await?;
     if pruned > 0 {
         tracing::info!(pruned, "removed managed objects that are no longer desired");
     }
     Ok(())
+}
+
+/// The namespaces where the CR's objects may live: its own, the default Istio namespace and the one
+/// its spec names (the controller's RoleBindings cover kyma-system and istio-system).
+pub fn object_namespaces(cr: &ConnectivityProxy) -> Vec<String> {
+    let mut out = vec![
+        cr.namespace().unwrap_or_default(),
+        names::ISTIO_NAMESPACE.to_string(),
+    ];
+    if let Some(ns) = cr
+        .spec
+        .ingress
+        .as_ref()
+        .and_then(|i| i.istio.as_ref())
+        .and_then(|i| i.namespace.clone())
+        .filter(|n| !n.is_empty())
+    {
+        out.push(ns);
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Managed kinds whose API exists in the cluster.
@@ -577,12 +614,9 @@ async fn connectivity_ca_objects(
     };
     let ns = resolved.istio_namespace.clone();
     let name = names::cacert_secret_name(&resolved.tls_secret);
-    let Some(url) = crate::connectivity_ca::ca_url(&key.content) else {
-        return Ok((
-            vec![],
-            vec![],
-            Some("the Connectivity service key has no connectivity_service.url and CAs_path; the gateway cannot verify the Cloud Connector".into()),
-        ));
+    let url = match crate::connectivity_ca::ca_url(&key.content) {
+        Ok(url) => url,
+        Err(problem) => return Ok((vec![], vec![], Some(problem))),
     };
     let live = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(ctx.client.clone(), &ns)
         .get_opt(&name)
@@ -613,7 +647,14 @@ async fn connectivity_ca_objects(
     let pem = match cached {
         Some(p) => p,
         None => {
-            match crate::connectivity_ca::fetch(&url, std::time::Duration::from_secs(5), 3).await {
+            match crate::connectivity_ca::fetch(
+                &url,
+                std::time::Duration::from_secs(5),
+                3,
+                &ctx.settings.ca_endpoint_roots,
+            )
+            .await
+            {
                 Ok(p) => {
                     tracing::info!(%url, "Connectivity service CA fetched");
                     if let Ok(mut m) = ctx.ca_fetched.lock() {

@@ -23,11 +23,11 @@ pub fn all() -> Vec<CustomResourceDefinition> {
 }
 
 /// File name and YAML of each CRD.
-pub fn rendered() -> Result<Vec<(String, String)>, serde_yaml::Error> {
+pub fn rendered() -> Result<Vec<(String, String)>, serde_norway::Error> {
     all()
         .into_iter()
         .map(|crd| {
-            let yaml = quote_yaml11_booleans(&serde_yaml::to_string(&crd)?);
+            let yaml = quote_yaml11_booleans(&serde_norway::to_string(&crd)?);
             Ok((
                 format!("{}.yaml", crd.metadata.name.unwrap_or_default()),
                 yaml,
@@ -36,7 +36,7 @@ pub fn rendered() -> Result<Vec<(String, String)>, serde_yaml::Error> {
         .collect()
 }
 
-/// serde_yaml writes YAML 1.2, where `off` is a string; kubectl and other YAML 1.1 readers would take
+/// serde_norway writes YAML 1.2, where `off` is a string; kubectl and other YAML 1.1 readers would take
 /// `off`, `on`, `yes`, `no`, `y`, `n` as booleans (`highAvailabilityMode` defaults to `off`). Quote them.
 fn quote_yaml11_booleans(yaml: &str) -> String {
     const WORDS: [&str; 8] = ["off", "on", "yes", "no", "y", "n", "Off", "On"];

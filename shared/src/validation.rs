@@ -215,6 +215,22 @@ impl ConnectivityProxySpec {
                 ));
             }
         }
+        let tls_name = self
+            .ingress
+            .as_ref()
+            .and_then(|i| i.tls.as_ref())
+            .map(|t| t.secret_name.as_str());
+        for (path, name) in [
+            ("spec.ingress.tls.secretName", tls_name),
+            (
+                "spec.secretConfig.integration.connectivityService.secretName",
+                Some(self.connectivity_secret().0.as_str()),
+            ),
+        ] {
+            if let Some(msg) = name.and_then(user_secret_name_problem) {
+                errors.push(err(path, msg));
+            }
+        }
         if let Some(old) = old {
             let (old_name, old_data) = old.connectivity_secret();
             let (new_name, new_data) = self.connectivity_secret();
@@ -241,6 +257,46 @@ impl ConnectivityProxySpec {
         }
         errors
     }
+}
+
+/// The operator's own Secrets: a user-chosen name may never point the controller at them.
+pub const OPERATOR_SECRETS: [&str; 3] = [
+    crate::names::WEBHOOK_CERT_SECRET,
+    crate::names::WEBHOOK_CA_SECRET,
+    crate::names::TUNNEL_CA_SECRET,
+];
+
+/// Why `name` cannot be the name of a Secret a user chooses (TLS secret, service-key secret): it must
+/// name a Secret in the CR's own namespace (the Istio namespace for the TLS secret), so a plain DNS-1123
+/// subdomain without a namespace prefix, and not one of the operator's own Secrets.
+pub fn user_secret_name_problem(name: &str) -> Option<String> {
+    if name.is_empty() || is_auto_provision(Some(name)) {
+        return None;
+    }
+    if name.contains('/') {
+        return Some(format!(
+            "{name:?} names another namespace; only a Secret name is accepted (the Secret lives in the CR's namespace, the TLS secret in the Istio namespace)"
+        ));
+    }
+    let valid_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    let alnum = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if name.len() > 253
+        || !valid_chars
+        || !alnum(name.as_bytes().first())
+        || !alnum(name.as_bytes().last())
+    {
+        return Some(format!(
+            "{name:?} is not a valid Secret name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)"
+        ));
+    }
+    if OPERATOR_SECRETS.contains(&name) {
+        return Some(format!(
+            "{name:?} is one of the operator's own Secrets; choose another name or auto-provision"
+        ));
+    }
+    None
 }
 
 /// Validates one ServiceMapping. `shared_tenant` is whether the cluster's ConnectivityProxy runs in

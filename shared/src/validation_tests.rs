@@ -204,3 +204,31 @@ fn unknown_fields_names_every_dropped_field_with_its_path() {
     );
     assert!(crate::validation::unknown_fields(&known, &known, "spec").is_empty());
 }
+
+#[test]
+fn user_chosen_secret_names_stay_in_the_namespace_and_off_the_operators_secrets() {
+    let facts = no_facts();
+    let with = |tls: &str, key: &str| {
+        let mut v = base();
+        v["ingress"]["tls"]["secretName"] = json!(tls);
+        v["secretConfig"]["integration"]["connectivityService"]["secretName"] = json!(key);
+        fields(&spec(v), None, &facts)
+    };
+    assert!(with("my-tls", "my-key").is_empty());
+    assert!(with("auto-provision", "Auto-Provision").is_empty());
+    assert_eq!(
+        with("other-ns/my-tls", "my-key"),
+        vec!["spec.ingress.tls.secretName"]
+    );
+    assert_eq!(
+        with("my-tls", "connectivity-proxy-webhook-cert"),
+        vec!["spec.secretConfig.integration.connectivityService.secretName"]
+    );
+    assert_eq!(
+        with("connectivity-proxy-tunnel-ca", "Bad_Name"),
+        vec![
+            "spec.ingress.tls.secretName",
+            "spec.secretConfig.integration.connectivityService.secretName"
+        ]
+    );
+}

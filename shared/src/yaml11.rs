@@ -2,9 +2,10 @@
 //!
 //! The Connectivity Proxy is a Java program that reads `connectivity-proxy-config.yml` with
 //! SnakeYAML, which resolves plain scalars by YAML 1.1 rules: `off`, `on`, `yes`, `no`, `y` and `n`
-//! are booleans, `017` is octal, `1:20` is sexagesimal and `2001-12-14` is a timestamp. serde_yaml
-//! writes YAML 1.2 (and is deprecated), so it leaves `highAvailabilityMode: off` unquoted and the
-//! proxy reads the boolean `false`; the legacy installation's file therefore quoted `"off"`.
+//! are booleans, `017` is octal, `1:20` is sexagesimal and `2001-12-14` is a timestamp. serde_norway
+//! (like serde_yaml, its deprecated original) writes YAML 1.2, so it leaves
+//! `highAvailabilityMode: off` unquoted and the proxy reads the boolean `false`; the legacy
+//! installation's file therefore quoted `"off"`.
 //!
 //! [`to_string`] writes a string plain (unquoted) only when it is provably a string under both
 //! versions, and double-quotes everything else, so reading the output back under YAML 1.1 yields

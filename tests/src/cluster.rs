@@ -384,6 +384,44 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// SIGTERMs a process started with [`ControlPlane::spawn_process`] (a graceful shutdown, as the
+    /// kubelet does) and waits up to `timeout` for it to exit; returns its exit status. SIGKILLs it if it
+    /// outlives the timeout and fails then.
+    pub fn terminate_process(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        let mut child = {
+            let mut children = self
+                .children
+                .lock()
+                .map_err(|_| anyhow::anyhow!("children lock poisoned"))?;
+            let idx = children
+                .iter()
+                .position(|(n, _)| n == name)
+                .with_context(|| format!("no process named {name}"))?;
+            children.remove(idx).1
+        };
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .context("kill -TERM")?;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                anyhow::bail!("{name} did not exit within {timeout:?} of SIGTERM");
+            }
+            // Polling a child's exit status: there is no condition to wait on without a reaper thread.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The process id of a process started by the control plane, while it runs.
     pub fn pid(&self, name: &str) -> Option<u32> {
         self.children

@@ -203,6 +203,10 @@ impl Container {
             std::os::unix::fs::chown(&own, uid.parse().ok(), gid.parse().ok())
                 .with_context(|| format!("chown {uid}:{gid} {}", own.display()))?;
         }
+        // The stand-in Connectivity CA endpoint's root, trusted by the controller (ignored by the webhook).
+        let trust = cp.dir.join("ca-endpoint-root.pem");
+        std::fs::write(&trust, &crate::ca_endpoint_tls()?.root_pem)
+            .with_context(|| format!("writing {}", trust.display()))?;
         let mut cmd = Command::new("podman");
         cmd.args(PODMAN_GLOBAL)
             .args([
@@ -220,6 +224,11 @@ impl Container {
                 own.display()
             ))
             .arg("--env=KUBECONFIG=/var/run/cp/kubeconfig")
+            .arg(format!(
+                "--volume={}:/var/run/cp/ca-endpoint-root.pem:ro",
+                trust.display()
+            ))
+            .arg("--env=CP_CONNECTIVITY_CA_TRUST=/var/run/cp/ca-endpoint-root.pem")
             .arg(image)
             .args(&spec.args)
             .args(extra_args);

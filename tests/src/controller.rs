@@ -42,7 +42,10 @@ impl ControllerProcess {
         path: &'static str,
     ) -> anyhow::Result<Self> {
         let admin = cp.admin().await?;
-        ensure_namespace(&admin, "kyma-system").await?;
+        // The RBAC binds the controller's namespaced writes in both (as a Kyma cluster has them).
+        for ns in ["kyma-system", "istio-system"] {
+            ensure_namespace(&admin, ns).await?;
+        }
         let rbac = crate::workspace_root().join("manifests/rbac/controller.yaml");
         crate::manifest::apply_file(&admin, &rbac, None).await?;
         let identity = Identity::ServiceAccount {
@@ -67,6 +70,7 @@ impl ControllerProcess {
             )
             .env("POD_NAME", name)
             .arg(format!("--metrics-addr=127.0.0.1:{port}"))
+            .arg(crate::ca_endpoint_trust_arg(&cp.dir)?)
             .args(extra_args);
         cp.spawn_process(name, &mut cmd)?;
         let me = Self {

@@ -48,7 +48,8 @@ pub async fn play_btp_operator(
     // Dropping the handle detaches the task: it serves until the runtime ends.
     let (url, _server) = crate::serve_static(ca.cert_pem).await?;
     let key = json!({"clientid": "cid", "clientsecret": "very-secret-value", "subaccount_id": subaccount,
-        "subaccount_subdomain": subdomain, "connectivity_service": {"CAs_path": "/api/v1/CAs", "url": url}});
+        "subaccount_subdomain": subdomain, "uaadomain": crate::CA_ENDPOINT_UAADOMAIN,
+        "connectivity_service": {"CAs_path": "/api/v1/CAs", "url": url}});
     let secret_name = cp_api::names::binding_secret_name(cr, ns);
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret_name, "namespace": ns},
         "stringData": {"service_key": key.to_string()}});

@@ -43,16 +43,84 @@ pub fn own_bin_dir() -> PathBuf {
     }
 }
 
-/// Serves `body` with status 200 to every request on a free loopback port until the returned task is
-/// dropped with the test's runtime (plays the Connectivity service's CA endpoint). Returns its base URL.
+/// The stand-in Connectivity service CA endpoint's TLS identity: a root generated once per test
+/// process and a certificate for `localhost` signed by it. Controllers started by the harness trust the
+/// root (`--connectivity-ca-trust`), as a private landscape's controller would trust its CA.
+pub struct CaEndpointTls {
+    /// The root certificate (PEM) the controller is told to trust.
+    pub root_pem: String,
+    /// The endpoint's certificate and key (PEM).
+    pub leaf: cp_certs::Leaf,
+}
+
+/// The process-wide [`CaEndpointTls`].
+pub fn ca_endpoint_tls() -> anyhow::Result<&'static CaEndpointTls> {
+    static TLS: std::sync::OnceLock<CaEndpointTls> = std::sync::OnceLock::new();
+    if let Some(t) = TLS.get() {
+        return Ok(t);
+    }
+    let now = time::OffsetDateTime::now_utc();
+    let root = cp_certs::Ca::generate(
+        "stand-in Connectivity CA endpoint root",
+        now - time::Duration::minutes(5),
+        now + time::Duration::days(2),
+        cp_certs::KeyAlgorithm::default(),
+    )?;
+    let leaf = root.issue(&cp_certs::LeafSpec::server(
+        "localhost",
+        &["localhost"],
+        &[],
+        now - time::Duration::minutes(5),
+        time::Duration::days(2),
+    ))?;
+    Ok(TLS.get_or_init(|| CaEndpointTls {
+        root_pem: root.cert_pem,
+        leaf,
+    }))
+}
+
+/// Writes the stand-in CA endpoint's root to `dir` and returns the controller argument that trusts it.
+pub fn ca_endpoint_trust_arg(dir: &std::path::Path) -> anyhow::Result<String> {
+    let path = dir.join("ca-endpoint-root.pem");
+    std::fs::write(&path, &ca_endpoint_tls()?.root_pem)?;
+    Ok(format!("--connectivity-ca-trust={}", path.display()))
+}
+
+/// The service key's `uaadomain` that makes `localhost` the key's own domain (the controller fetches the
+/// CA only from a host inside it).
+pub const CA_ENDPOINT_UAADOMAIN: &str = "authentication.localhost";
+
+/// Serves `body` over HTTPS (the [`ca_endpoint_tls`] certificate for `localhost`) with status 200 to
+/// every request on a free loopback port until the returned task is dropped with the test's runtime
+/// (plays the Connectivity service's CA endpoint). Returns its base URL, `https://localhost:<port>`.
 pub async fn serve_static(body: String) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+    use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let tls = ca_endpoint_tls()?;
+    let certs = CertificateDer::pem_slice_iter(tls.leaf.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()?;
+    let key = PrivateKeyDer::from_pem_slice(tls.leaf.key_pem.as_bytes())?;
+    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
+        tokio_rustls::rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-    let url = format!("http://{}", listener.local_addr()?);
+    let url = format!("https://localhost:{}", listener.local_addr()?.port());
     let task = tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            let body = body.clone();
+        while let Ok((s, _)) = listener.accept().await {
+            let (body, acceptor) = (body.clone(), acceptor.clone());
             tokio::spawn(async move {
+                let Ok(Ok(mut s)) =
+                    tokio::time::timeout(std::time::Duration::from_secs(5), acceptor.accept(s))
+                        .await
+                else {
+                    return;
+                };
                 let mut buf = [0u8; 4096];
                 let _ = s.read(&mut buf).await;
                 let resp = format!(
@@ -60,6 +128,7 @@ pub async fn serve_static(body: String) -> anyhow::Result<(String, tokio::task::
                     body.len()
                 );
                 let _ = s.write_all(resp.as_bytes()).await;
+                let _ = s.shutdown().await;
             });
         }
     });

@@ -17,12 +17,12 @@ pub const HARNESS_MANAGER: &str = "cp-test-harness";
 /// Parses every non-empty YAML document.
 pub fn parse_documents(yaml: &str) -> anyhow::Result<Vec<DynamicObject>> {
     let mut out = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let value = serde_yaml::Value::deserialize(doc)?;
+    for doc in serde_norway::Deserializer::from_str(yaml) {
+        let value = serde_norway::Value::deserialize(doc)?;
         if value.is_null() {
             continue;
         }
-        out.push(serde_yaml::from_value(value)?);
+        out.push(serde_norway::from_value(value)?);
     }
     Ok(out)
 }

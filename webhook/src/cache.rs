@@ -20,8 +20,12 @@ pub struct Caches {
 }
 
 impl Caches {
-    /// Starts the reflectors on the current runtime.
-    pub fn start(client: Client) -> Self {
+    /// Starts the reflectors on the current runtime; `extra` (the privileged-identities ConfigMap) must
+    /// also have its first listing before the caches count as ready.
+    pub fn start(
+        client: Client,
+        extra: Option<Store<k8s_openapi::api::core::v1::ConfigMap>>,
+    ) -> Self {
         let (mappings, mw) = reflector::store::<ServiceMapping>();
         let (proxies, pw) = reflector::store::<ConnectivityProxy>();
         let m_stream = reflector::reflector(
@@ -58,6 +62,9 @@ impl Caches {
         tokio::spawn(async move {
             let _ = m.wait_until_ready().await;
             let _ = p.wait_until_ready().await;
+            if let Some(e) = extra {
+                let _ = e.wait_until_ready().await;
+            }
             s.store(true, Ordering::SeqCst);
             tracing::info!("caches synced");
         });

@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod cache;
 pub mod metrics;
+pub mod privileged;
 pub mod server;
 pub mod tls;
 

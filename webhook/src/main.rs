@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use cp_api::policy::PrivilegedIdentities;
-use cp_webhook::admission::Policy;
 use cp_webhook::cache::Caches;
 use cp_webhook::metrics::Metrics;
 use cp_webhook::server::{AppState, admission_router, metrics_router, serve_tls};
@@ -58,6 +57,14 @@ struct Args {
     /// Groups that may change `spec.deployment` (comma-separated).
     #[arg(long, env = "CP_PRIVILEGED_GROUPS", value_delimiter = ',')]
     privileged_groups: Vec<String>,
+    /// ConfigMap (`namespace/name`) with more privileged identities (`privilegedUsers`,
+    /// `privilegedGroups`), watched: changes apply within seconds. Empty: none.
+    #[arg(
+        long,
+        env = "CP_PRIVILEGED_CONFIG",
+        default_value = "kyma-system/connectivity-proxy-operator-config"
+    )]
+    privileged_config: String,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -116,9 +123,20 @@ async fn run() -> anyhow::Result<()> {
     // Health and readiness answer from the start: alive while the certificate is still being issued,
     // ready only once it is loaded (and not while draining).
     let serving = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let live = Arc::new(cp_webhook::privileged::LivePolicy::new(privileged));
+    let privileged_store = match args.privileged_config.split_once('/') {
+        Some((ns, name)) => Some(cp_webhook::privileged::watch(
+            client.clone(),
+            ns,
+            name,
+            live.clone(),
+        )),
+        None if args.privileged_config.is_empty() => None,
+        None => anyhow::bail!("--privileged-config must be namespace/name or empty"),
+    };
     let state = AppState {
-        policy: Arc::new(Policy { privileged }),
-        caches: Some(Caches::start(client.clone())),
+        policy: live,
+        caches: Some(Caches::start(client.clone(), privileged_store)),
         metrics: metrics.clone(),
         serving: serving.clone(),
     };

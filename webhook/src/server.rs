@@ -16,7 +16,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::admission::{self, Endpoint, Policy};
+use crate::admission::{self, Endpoint};
 use crate::cache::Caches;
 use crate::metrics::Metrics;
 
@@ -48,8 +48,8 @@ pub const MAX_CONNECTION_AGE: std::time::Duration = std::time::Duration::from_se
 /// Shared state of the handlers.
 #[derive(Clone)]
 pub struct AppState {
-    /// Fixed policy.
-    pub policy: Arc<Policy>,
+    /// The policy in force (privileged identities read live).
+    pub policy: Arc<crate::privileged::LivePolicy>,
     /// Watch-backed caches.
     pub caches: Option<Caches>,
     /// Metrics.
@@ -140,7 +140,7 @@ async fn handle(endpoint: Endpoint, State(state): State<AppState>, body: Bytes) 
         }
     };
     let facts = || state.caches.as_ref().map(Caches::facts).unwrap_or_default();
-    let (resp, decision) = admission::review(endpoint, &req, &state.policy, &facts);
+    let (resp, decision) = admission::review(endpoint, &req, &state.policy.current(), &facts);
     let op = format!("{:?}", req.operation).to_uppercase();
     state
         .metrics

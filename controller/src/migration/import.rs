@@ -144,7 +144,7 @@ pub fn import(
     legacy_yaml: &str,
     info: &BTreeMap<String, String>,
 ) -> Result<(Value, Vec<String>), ImportError> {
-    let legacy: Value = serde_yaml::from_str(legacy_yaml).map_err(|e| ImportError {
+    let legacy: Value = serde_norway::from_str(legacy_yaml).map_err(|e| ImportError {
         field: names::CONFIGMAP_CONFIG_KEY.into(),
         message: format!("not valid YAML: {e}"),
     })?;

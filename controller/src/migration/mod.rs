@@ -12,7 +12,7 @@ pub mod plan;
 use std::collections::BTreeMap;
 
 use cp_api::{ConnectivityProxy, names};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -238,23 +238,6 @@ async fn take_over_mapping_crd(client: &Client) -> Result<(), Error> {
 
 /// Writes this takeover's backups of the live legacy ConfigMaps and the legacy service key, each once.
 async fn backup(client: &Client, ns: &str, id: &str, facts: &plan::Facts) -> Result<(), Error> {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    if namespaces
-        .get_opt(BACKUP_NAMESPACE)
-        .await
-        .map_err(|e| Error::kube("reading the backup namespace", e))?
-        .is_none()
-    {
-        let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": BACKUP_NAMESPACE, "labels": names::managed_labels()}});
-        namespaces
-            .patch(
-                BACKUP_NAMESPACE,
-                &PatchParams::apply(names::FIELD_MANAGER),
-                &Patch::Apply(&body),
-            )
-            .await
-            .map_err(|e| Error::kube("creating the backup namespace", e))?;
-    }
     let meta = |name: &str, original: &str| {
         json!({"name": plan::backup_name(name, id), "namespace": BACKUP_NAMESPACE, "labels": names::managed_labels(),
             "annotations": {BACKUP_OF_ANNOTATION: format!("{ns}/{original}"), TAKEOVER_ID_ANNOTATION: id}})

@@ -17,8 +17,9 @@ use super::import::import;
 use super::legacy::{Action, LEGACY_KINDS, LEGACY_SERVICE_KEY};
 use crate::Error;
 
-/// Where the legacy data is backed up.
-pub const BACKUP_NAMESPACE: &str = "connectivity-proxy-backup";
+/// Where the legacy data is backed up: the module's namespace, the one namespace besides the Istio
+/// namespace where the controller may write (no namespace of its own: the token cannot create one).
+pub const BACKUP_NAMESPACE: &str = names::KYMA_SYSTEM;
 
 /// A legacy object found in the cluster.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -106,7 +107,7 @@ pub struct Plan {
 
 /// Name of a backup of `name` for takeover `id`.
 pub fn backup_name(name: &str, id: &str) -> String {
-    format!("{name}-{id}")
+    format!("{name}-backup-{id}")
 }
 
 /// Whether an object carries the operator's managed-by label.
@@ -439,9 +440,11 @@ mod tests {
                 .contains(&"Secret kyma-system/connectivity-proxy-service-key".to_string())
         );
         assert!(p.keep.is_empty());
-        assert!(p.backups.contains(
-            &"ConfigMap connectivity-proxy-backup/connectivity-proxy-20261130-1".to_string()
-        ));
+        assert!(
+            p.backups.contains(
+                &"ConfigMap kyma-system/connectivity-proxy-backup-20261130-1".to_string()
+            )
+        );
         assert_eq!(p.delete.len() + p.adopt.len(), 35);
     }
 

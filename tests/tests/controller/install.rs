@@ -475,6 +475,96 @@ async fn a_second_cr_gets_a_warning_and_changes_nothing() {
 }
 
 #[tokio::test]
+async fn a_cr_outside_kyma_system_installs_nothing_and_the_token_cannot_write_there() {
+    let env = scenario().await;
+    let admin = &env.admin;
+    let other_ns = env.cp.namespace("outside").await.expect("ns");
+    let offset = env.cp.audit_offset();
+    create_default_cr(admin, &other_ns, "elsewhere").await;
+    let cr = wait_state(
+        admin,
+        &other_ns,
+        "elsewhere",
+        State::Warning,
+        Some("OutsideModuleNamespace"),
+        Duration::from_secs(10),
+    )
+    .await;
+    let description = cr.status.and_then(|s| s.description).unwrap_or_default();
+    assert!(
+        description.contains("only from a ConnectivityProxy in kyma-system"),
+        "{description}"
+    );
+    let writes = env.cp.audit_writes_since(offset).expect("audit");
+    let touched: Vec<_> = writes
+        .iter()
+        .filter(|w| w.user == CONTROLLER_USER && w.resource != "leases" && w.resource != "events")
+        .filter(|w| w.resource != "connectivityproxies/status")
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "a CR outside kyma-system made the controller write: {touched:?}"
+    );
+    // What a stolen controller token can do outside kyma-system and the Istio namespace: nothing.
+    let token = env
+        .cp
+        .client(&cp_tests::cluster::Identity::ServiceAccount {
+            namespace: NS.into(),
+            name: "connectivity-proxy-controller".into(),
+        })
+        .await
+        .expect("controller identity");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(token.clone(), &other_ns);
+    let stolen: k8s_openapi::api::core::v1::Secret =
+        serde_json::from_value(json!({"metadata": {"name": "planted"}, "stringData": {"k": "v"}}))
+            .expect("secret");
+    for (what, result) in [
+        (
+            "create a Secret",
+            secrets
+                .create(&Default::default(), &stolen)
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "list Secrets",
+            secrets.list(&Default::default()).await.map(|_| ()),
+        ),
+        (
+            "create a namespace",
+            Api::<k8s_openapi::api::core::v1::Namespace>::all(token.clone())
+                .create(
+                    &Default::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": "planted-ns"}}))
+                        .expect("ns"),
+                )
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "create a PriorityClass of another name",
+            Api::<DynamicObject>::all_with(token.clone(), &Kind::PriorityClass.api_resource())
+                .create(
+                    &Default::default(),
+                    &serde_json::from_value(
+                        json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                        "metadata": {"name": "planted"}, "value": 1000000}),
+                    )
+                    .expect("pc"),
+                )
+                .await
+                .map(|_| ()),
+        ),
+    ] {
+        match result {
+            Err(kube::Error::Api(s)) if s.code == 403 => {}
+            other => panic!("the controller's token could {what}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
 async fn steady_state_issues_no_writes() {
     let env = scenario().await;
     let admin = &env.admin;

@@ -109,6 +109,9 @@ subjects:
 - kind: User
   name: alice
   apiGroup: rbac.authorization.k8s.io
+- kind: User
+  name: carol
+  apiGroup: rbac.authorization.k8s.io
 - kind: ServiceAccount
   name: connectivity-proxy-controller
   namespace: kyma-system
@@ -151,7 +154,7 @@ pub async fn wait_admitted(api: &kube::api::Api<kube::api::DynamicObject>, what:
 pub fn default_cr(name: &str) -> Value {
     let yaml = std::fs::read_to_string(cp_tests::fixtures::default_cr_path()).expect("default CR");
     let mut v: Value =
-        serde_yaml::from_str(yaml.split("\n---").next().unwrap_or(&yaml)).expect("yaml");
+        serde_norway::from_str(yaml.split("\n---").next().unwrap_or(&yaml)).expect("yaml");
     v["metadata"] = serde_json::json!({"name": name});
     v
 }

@@ -167,9 +167,13 @@ async fn committed_manifests_equal_generated() {
 async fn rendered_bundle_applies_with_server_side_apply() {
     let cp = control_plane();
     let client = cp.admin().await.expect("admin client");
-    cp_tests::cluster::ensure_namespace(&client, "kyma-system")
-        .await
-        .expect("kyma-system");
+    // Both exist in a Kyma cluster (the Istio module creates istio-system); the controller's
+    // namespaced rights are bound in them.
+    for ns in ["kyma-system", "istio-system"] {
+        cp_tests::cluster::ensure_namespace(&client, ns)
+            .await
+            .expect("namespace");
+    }
     let wh = crate::common::webhook().await;
     let bundle = std::fs::read_to_string(crate::common::manifest_path(cp_api::bundle::BUNDLE))
         .expect("bundle");

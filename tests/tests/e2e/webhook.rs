@@ -710,3 +710,86 @@ async fn idle_and_half_sent_connections_neither_stop_admission_nor_stay_open() {
     // And the webhook still serves.
     api.create(&dry, &cr).await.expect("admitted afterwards");
 }
+
+#[tokio::test]
+async fn privileged_identities_are_read_live_from_the_configmap() {
+    webhook().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    let ns = cp.namespace("wh-privileged").await.expect("ns");
+    create(&alice().await, &ns, default_cr("cp"))
+        .await
+        .expect("create");
+    let carol = cp
+        .client(&cp_tests::Identity::User {
+            name: "carol".into(),
+            groups: vec![],
+        })
+        .await
+        .expect("carol");
+    let api = cps(&carol, &ns);
+    let edit = |n: i64| json!({"spec": {"deployment": {"replicaCount": n}}});
+    let msg = denied(
+        api.patch("cp", &PatchParams::default(), &Patch::Merge(&edit(2)))
+            .await,
+        "carol before she is listed",
+    );
+    assert!(msg.contains("spec.deployment.replicaCount"), "{msg}");
+    let set = |users: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "connectivity-proxy-operator-config", "namespace": "kyma-system"},
+                "data": {"privilegedUsers": users, "privilegedGroups": ""}});
+            cp_tests::manifest::apply_object(&admin, serde_json::from_value(cm).expect("cm"), None)
+                .await
+                .expect("config");
+        }
+    };
+    // Listed: her edit goes through within seconds, without a restart of the webhook.
+    set("someone-else, carol").await;
+    let n = std::sync::atomic::AtomicI64::new(2);
+    cp_tests::wait::until(
+        "carol's edit admitted",
+        std::time::Duration::from_secs(15),
+        || {
+            let (api, n) = (api.clone(), &n);
+            async move {
+                let v = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                match api
+                    .patch("cp", &PatchParams::default(), &Patch::Merge(&edit(v)))
+                    .await
+                {
+                    Ok(_) => Ok(Some(())),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        },
+    )
+    .await
+    .expect("the webhook picked up the ConfigMap");
+    // Removed: she loses the right as quickly.
+    set("someone-else").await;
+    cp_tests::wait::until(
+        "carol's edit refused again",
+        std::time::Duration::from_secs(15),
+        || {
+            let (api, n) = (api.clone(), &n);
+            async move {
+                let v = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                match api
+                    .patch("cp", &PatchParams::default(), &Patch::Merge(&edit(v)))
+                    .await
+                {
+                    Err(kube::Error::Api(s)) if s.message.contains("spec.deployment") => {
+                        Ok(Some(()))
+                    }
+                    Ok(_) => Err("still admitted".to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        },
+    )
+    .await
+    .expect("the webhook dropped carol");
+}

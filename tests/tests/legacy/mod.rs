@@ -161,7 +161,7 @@ pub async fn assert_taken_over(admin: &Client, before: &MappingSnapshot, http_po
     let b = backup_of(admin, "connectivity-proxy").await;
     let original =
         std::fs::read_to_string(fixture(cp_tests::fixtures::LEGACY_CONFIG)).expect("fixture");
-    let original: serde_json::Value = serde_yaml::from_str(&original).expect("yaml");
+    let original: serde_json::Value = serde_norway::from_str(&original).expect("yaml");
     assert_eq!(
         b.data
             .unwrap_or_default()

@@ -64,6 +64,7 @@ async fn shared_tenant_key_is_kept_and_a_second_takeover_imports_the_current_leg
         .expect("CA endpoint");
     let key = json!({"clientid": "legacy-client", "clientsecret": "legacy-secret-value",
         "subaccount_id": "3f1c0d6e-8a2b-4c7d-9e10-5b6a7c8d9e0f", "subaccount_subdomain": "legacy-subdomain",
+        "uaadomain": cp_tests::CA_ENDPOINT_UAADOMAIN,
         "connectivity_service": {"CAs_path": "/api/v1/CAs", "url": url}});
     secrets
         .patch(

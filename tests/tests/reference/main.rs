@@ -393,7 +393,8 @@ fn dashboard_extension_sections_validate_against_busola_schemas() {
         let text = ext["data"][name]
             .as_str()
             .unwrap_or_else(|| panic!("no {name} section"));
-        let instance: Value = serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let instance: Value =
+            serde_norway::from_str(text).unwrap_or_else(|e| panic!("{name}: {e}"));
         let errors: Vec<String> = validator
             .iter_errors(&instance)
             .map(|e| format!("{} at {}", e, e.instance_path()))
@@ -435,7 +436,7 @@ fn upstream_legacy_config_imports() {
     let (config, imported) = cp_controller::migration::import(&defaults, legacy, &info)
         .expect("upstream legacy config imports");
     assert!(!imported.is_empty(), "nothing imported");
-    let legacy: Value = serde_yaml::from_str(legacy).expect("yaml");
+    let legacy: Value = serde_norway::from_str(legacy).expect("yaml");
     assert_eq!(config["subaccountId"], legacy["subaccountId"]);
     assert_eq!(
         config["servers"]["businessDataTunnel"]["externalHost"],

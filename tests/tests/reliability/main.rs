@@ -251,6 +251,37 @@ async fn two_controller_replicas_only_the_leader_reconciles_and_a_standby_takes_
     // The edit rolled the StatefulSet: play the kubelets once more, then the new leader reports Ready.
     support::play_until_ready(&admin, "kyma-system", "connectivity-proxy").await;
 
+    // A graceful stop (SIGTERM, as on a rollout) hands the lease over at once: the next standby leads
+    // within one acquisition interval, not after the lease lapses.
+    let c = ControllerProcess::start_standby(&cp, "replica-c", &args)
+        .await
+        .expect("replica c");
+    assert_eq!(c.metric("cp_controller_leader").await, 0.0, "c waits");
+    let stopped = Instant::now();
+    let status = cp
+        .terminate_process("replica-b", Duration::from_secs(10))
+        .expect("b stops on SIGTERM");
+    assert!(status.success(), "b exited with {status}");
+    cp_tests::wait::until(
+        "the next standby leads",
+        Duration::from_secs(lease * 2),
+        || async { Ok((c.metric("cp_controller_leader").await == 1.0).then_some(())) },
+    )
+    .await
+    .expect("handover");
+    let handover = stopped.elapsed();
+    println!("handover after SIGTERM in {handover:?} (lease {lease} s)");
+    assert!(
+        handover < Duration::from_secs(lease / 3 + 2),
+        "handover took {handover:?}: the lease was not released"
+    );
+    assert!(
+        cp.log_tail("replica-b", 20)
+            .contains("leader lease released"),
+        "{}",
+        cp.log_tail("replica-b", 20)
+    );
+
     // No secret value of the service key reaches any log line of any process.
     let secret = "very-secret-value";
     let forms = leak_forms(secret);

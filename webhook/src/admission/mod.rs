@@ -147,9 +147,13 @@ pub fn review(
             },
             None => (resp.clone(), Decision::Allowed),
         }),
-        Endpoint::Validate => {
-            validate_cp(req, policy, &facts()).map(|()| (resp.clone(), Decision::Allowed))
-        }
+        Endpoint::Validate => validate_cp(req, policy, &facts()).map(|()| {
+            let mut resp = resp.clone();
+            if let Some(w) = outside_module_namespace(req) {
+                resp.warnings = Some(vec![w]);
+            }
+            (resp, Decision::Allowed)
+        }),
         Endpoint::ValidateServiceMapping => {
             validate_sm(req, &facts()).map(|()| (resp.clone(), Decision::Allowed))
         }
@@ -295,6 +299,19 @@ fn protected_fields(
             policy.privileged.describe()
         ),
     ))
+}
+
+/// The warning for a CR created outside `kyma-system`: admitted (the existing module's CRD allows any
+/// namespace) but never installed.
+fn outside_module_namespace(req: &Request) -> Option<String> {
+    let ns = req.namespace.as_deref().unwrap_or_default();
+    (matches!(req.operation, Operation::Create) && ns != names::KYMA_SYSTEM).then(|| {
+        format!(
+            "ConnectivityProxy {ns}/{}: the operator installs the Connectivity Proxy only from a ConnectivityProxy in {ks}; this one will report state Warning (OutsideModuleNamespace) and install nothing",
+            req.name,
+            ks = names::KYMA_SYSTEM
+        )
+    })
 }
 
 /// Validates a ConnectivityProxy: protected fields, then every cross-field rule.

@@ -438,3 +438,21 @@ fn a_mapping_stored_under_older_rules_can_still_be_labelled() {
         Decision::Denied
     );
 }
+
+#[test]
+fn a_cr_created_outside_kyma_system_is_admitted_with_a_warning() {
+    let body = review_body("ConnectivityProxy", "CREATE", "alice", defaulted_cr(), None);
+    let (resp, decision) = run(Endpoint::Validate, &body, Facts::default());
+    assert_eq!(decision, Decision::Allowed);
+    assert!(resp.warnings.is_none(), "{:?}", resp.warnings);
+    let mut review: Value = serde_json::from_slice(&body).expect("json");
+    review["request"]["namespace"] = json!("team-a");
+    let body = serde_json::to_vec(&review).expect("json");
+    let (resp, decision) = run(Endpoint::Validate, &body, Facts::default());
+    assert_eq!(decision, Decision::Allowed);
+    let warnings = resp.warnings.unwrap_or_default();
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("OutsideModuleNamespace"),
+        "{warnings:?}"
+    );
+}
