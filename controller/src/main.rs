@@ -88,8 +88,9 @@ struct Args {
     /// Lifetime of the webhook serving certificate (seconds).
     #[arg(long, env = "CP_WEBHOOK_CERT_LIFETIME_SECONDS", default_value_t = 90 * 86400)]
     webhook_cert_lifetime_seconds: i64,
-    /// Time a new CA bundle or certificate needs to reach the API server and webhook replicas (seconds).
-    #[arg(long, env = "CP_CERT_PROPAGATION_SECONDS", default_value_t = 10)]
+    /// Time a new CA bundle or certificate needs to reach the API server and every webhook replica
+    /// (seconds): both learn it by watch; a broken watch re-lists within the 30 s backoff cap.
+    #[arg(long, env = "CP_CERT_PROPAGATION_SECONDS", default_value_t = 60)]
     cert_propagation_seconds: i64,
     /// Extra trusted roots (PEM file) for the Connectivity service's CA endpoint, besides the system's
     /// (a private landscape; the tests' own endpoint). The endpoint is HTTPS-only either way.

@@ -7,9 +7,10 @@ use std::path::Path;
 use crate::admission_config::{self, Endpoint};
 
 /// Hand-written manifests, in install order, relative to `manifests/`.
-pub const HAND_WRITTEN: [&str; 5] = [
+pub const HAND_WRITTEN: [&str; 6] = [
     "rbac/controller.yaml",
     "rbac/webhook.yaml",
+    "rbac/user-roles.yaml",
     "network-policies.yaml",
     "controller/deployment.yaml",
     "webhook/deployment.yaml",
@@ -29,6 +30,10 @@ pub const IMAGE_REGISTRY: &str =
 /// The module configuration (modulectl), relative to `manifests/`; its `version` is stamped.
 pub const MODULE_CONFIG: &str = "module-config.yaml";
 
+/// The security scanners' configuration the module configuration points at (`security`), relative to
+/// `manifests/`; its image list is stamped.
+pub const SECURITY_CONFIG: &str = "sec-scanners-config.yaml";
+
 /// Rewrites every version a hand-written manifest carries to this release (the workspace version, the
 /// one source): the operator's image tags and the module configuration's top-level `version`.
 pub fn stamp_release(text: &str) -> String {
@@ -37,13 +42,18 @@ pub fn stamp_release(text: &str) -> String {
     for line in text.lines() {
         let trimmed = line.trim_start();
         let indent = &line[..line.len() - trimmed.len()];
-        let image = trimmed
-            .strip_prefix("image: ")
+        let (prefix, rest) = match trimmed.strip_prefix("image: ") {
+            Some(r) => ("image: ", Some(r)),
+            None => ("- ", trimmed.strip_prefix("- ")),
+        };
+        let image = rest
             .and_then(|i| i.strip_prefix(IMAGE_REGISTRY))
             .and_then(|rest| rest.strip_prefix('/'))
             .and_then(|rest| rest.split_once(':'));
         if let Some((name, _old)) = image {
-            out.push_str(&format!("{indent}image: {IMAGE_REGISTRY}/{name}:{release}"));
+            out.push_str(&format!(
+                "{indent}{prefix}{IMAGE_REGISTRY}/{name}:{release}"
+            ));
         } else if line.starts_with("version: ") {
             out.push_str(&format!("version: {release}"));
         } else {
@@ -108,6 +118,10 @@ pub fn generated(manifests_dir: &Path) -> Result<Vec<(String, String)>, RenderEr
     let module_config = manifests_dir.join(MODULE_CONFIG);
     if module_config.exists() {
         files.push((MODULE_CONFIG.into(), stamp_release(&read(&module_config)?)));
+    }
+    let security = manifests_dir.join(SECURITY_CONFIG);
+    if security.exists() {
+        files.push((SECURITY_CONFIG.into(), stamp_release(&read(&security)?)));
     }
     for part in parts {
         bundle.push_str("---\n");

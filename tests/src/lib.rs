@@ -134,3 +134,27 @@ pub async fn serve_static(body: String) -> anyhow::Result<(String, tokio::task::
     });
     Ok((url, task))
 }
+
+/// Plays a Service with several endpoints on loopback: accepts TCP connections on a free port and hands
+/// them to `backends` in turn (round robin), copying bytes both ways (TLS stays end to end). Returns its
+/// address; it serves until the returned task is dropped with the test's runtime.
+pub async fn round_robin(
+    backends: Vec<String>,
+) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+    anyhow::ensure!(!backends.is_empty(), "no backends");
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?.to_string();
+    let task = tokio::spawn(async move {
+        let mut next = 0usize;
+        while let Ok((mut front, _)) = listener.accept().await {
+            let backend = backends[next % backends.len()].clone();
+            next = next.wrapping_add(1);
+            tokio::spawn(async move {
+                if let Ok(mut back) = tokio::net::TcpStream::connect(&backend).await {
+                    let _ = tokio::io::copy_bidirectional(&mut front, &mut back).await;
+                }
+            });
+        }
+    });
+    Ok((addr, task))
+}

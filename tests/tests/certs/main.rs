@@ -73,11 +73,28 @@ async fn webhook_certificate_and_ca_rotate_without_a_failed_admission_request() 
     manifest::apply_yaml(&admin, EDITOR_RBAC, None)
         .await
         .expect("RBAC");
+    // Two webhook replicas behind one address, as behind the Service (2 replicas in the Deployment):
+    // each learns every rotation by its own watch, so the overlap must cover the slower of the two.
     // The webhook configurations exist without a CA bundle: the controller injects it.
     let wh = Webhook::start_from_secret(&cp, "cp-webhook", &[])
         .await
         .expect("webhook starts on the controller's certificate");
-    wh.register(&admin).await.expect("register");
+    let wh2 = Webhook::start_from_secret(&cp, "cp-webhook-2", &[])
+        .await
+        .expect("second replica");
+    let backends = [&wh, &wh2]
+        .iter()
+        .map(|w| w.url.trim_start_matches("https://").to_string())
+        .collect();
+    let (service, _lb) = cp_tests::round_robin(backends).await.expect("service");
+    let front = Webhook {
+        url: format!("https://{service}"),
+        metrics_addr: wh.metrics_addr.clone(),
+        ca: None,
+        cert_file: wh.cert_file.clone(),
+        key_file: wh.key_file.clone(),
+    };
+    front.register(&admin).await.expect("register");
 
     let ns = cp.namespace("rotation").await.expect("ns");
     let alice = cp
@@ -102,6 +119,20 @@ async fn webhook_certificate_and_ca_rotate_without_a_failed_admission_request() 
     )
     .await;
     let reloads_before = metric(&wh.metrics_addr, "cp_webhook_certificate_reloads_total").await;
+    let reloads2_before = metric(&wh2.metrics_addr, "cp_webhook_certificate_reloads_total").await;
+    let served = |addr: String| async move {
+        let Ok((_, body)) = cp_tests::webhook::http_get(&addr, "/metrics").await else {
+            return 0.0;
+        };
+        body.lines()
+            .filter(|l| l.starts_with("cp_webhook_admission_requests_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let served_before = [
+        served(wh.metrics_addr.clone()).await,
+        served(wh2.metrics_addr.clone()).await,
+    ];
 
     // Two clients create (dry run) and update CRs through the API server for 60 s.
     let ok = Arc::new(AtomicUsize::new(0));
@@ -159,12 +190,31 @@ async fn webhook_certificate_and_ca_rotate_without_a_failed_admission_request() 
         reloads >= 4.0,
         "the webhook swapped its certificate only {reloads} times"
     );
-    let log = std::fs::read_to_string(cp.dir.join("cp-webhook.log")).unwrap_or_default();
-    assert_eq!(
-        log.matches("serving admission requests").count(),
-        1,
-        "the webhook restarted"
+    let reloads2 =
+        metric(&wh2.metrics_addr, "cp_webhook_certificate_reloads_total").await - reloads2_before;
+    assert!(
+        reloads2 >= 4.0,
+        "the second replica swapped its certificate only {reloads2} times"
     );
+    // Both replicas answered admission requests during the rotations (the API server opens a new
+    // connection whenever the CA bundle changes, and the front hands connections out in turn).
+    let served_during = [
+        served(wh.metrics_addr.clone()).await - served_before[0],
+        served(wh2.metrics_addr.clone()).await - served_before[1],
+    ];
+    println!("admission requests per replica during the rotations: {served_during:?}");
+    assert!(
+        served_during.iter().all(|n| *n > 0.0),
+        "one replica served nothing: {served_during:?}"
+    );
+    for name in ["cp-webhook", "cp-webhook-2"] {
+        let log = std::fs::read_to_string(cp.dir.join(format!("{name}.log"))).unwrap_or_default();
+        assert_eq!(
+            log.matches("serving admission requests").count(),
+            1,
+            "{name} restarted"
+        );
+    }
 
     // The CR is deleted so that the next test's CR is the cluster's only one.
     api.delete("load-target", &Default::default())

@@ -110,9 +110,10 @@ async fn shared_tenant_key_is_kept_and_a_second_takeover_imports_the_current_leg
         .expect("backups")
         .items;
     assert!(
-        backed_up.iter().any(
-            |s| s.name_any().starts_with("connectivity-proxy-service-key-") && s.data == key_before
-        ),
+        backed_up.iter().any(|s| s
+            .name_any()
+            .starts_with("connectivity-proxy-service-key-backup-")
+            && s.data == key_before),
         "the key is backed up"
     );
     for (name, (uid, _)) in &before {
@@ -228,7 +229,7 @@ async fn shared_tenant_key_is_kept_and_a_second_takeover_imports_the_current_leg
         .items
         .iter()
         .map(|c| c.name_any())
-        .filter(|n| n.starts_with("connectivity-proxy-2"))
+        .filter(|n| n.starts_with("connectivity-proxy-backup-"))
         .collect();
     assert_eq!(
         configs.len(),

@@ -392,6 +392,164 @@ fn network_policies_deny_all_but_the_flows_the_operator_needs() {
 }
 
 #[test]
+fn editors_and_viewers_reach_the_operators_kinds_through_the_aggregated_roles() {
+    let docs = all_manifest_docs();
+    let role = |name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("ClusterRole {name} missing"))
+            .clone()
+    };
+    let grants = |r: &Value, resource: &str, verb: &str| {
+        r["rules"].as_array().into_iter().flatten().any(|rule| {
+            rule["apiGroups"]
+                .to_string()
+                .contains("connectivityproxy.sap.com")
+                && rule["resources"]
+                    .to_string()
+                    .contains(&format!("\"{resource}\""))
+                && rule["verbs"].to_string().contains(&format!("\"{verb}\""))
+        })
+    };
+    let edit = role("connectivity-proxy-operator-edit");
+    let view = role("connectivity-proxy-operator-view");
+    let label = |r: &Value, l: &str| r["metadata"]["labels"][l] == "true";
+    assert!(label(&edit, "rbac.authorization.k8s.io/aggregate-to-edit"));
+    assert!(label(&edit, "rbac.authorization.k8s.io/aggregate-to-admin"));
+    assert!(label(&view, "rbac.authorization.k8s.io/aggregate-to-view"));
+    assert!(!label(&view, "rbac.authorization.k8s.io/aggregate-to-edit"));
+    for kind in ["connectivityproxies", "servicemappings"] {
+        for verb in [
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ] {
+            assert!(grants(&edit, kind, verb), "edit lacks {verb} {kind}");
+        }
+        for verb in ["get", "list", "watch"] {
+            assert!(grants(&view, kind, verb), "view lacks {verb} {kind}");
+        }
+        for verb in ["create", "update", "patch", "delete"] {
+            assert!(!grants(&view, kind, verb), "view may {verb} {kind}");
+        }
+    }
+    // Users never get the status subresource for writing: the status is the operator's.
+    for r in [&edit, &view] {
+        for verb in ["update", "patch"] {
+            assert!(!grants(r, "connectivityproxies/status", verb));
+        }
+    }
+}
+
+/// The rules docs/module-checklist.md lists under "module-config.yaml (modulectl)".
+#[test]
+fn module_config_satisfies_modulectls_documented_rules() {
+    let cfg = yaml_docs("manifests/module-config.yaml").remove(0);
+    let text = |k: &str| cfg[k].as_str().unwrap_or_default().to_string();
+    let name = text("name");
+    let short = name
+        .strip_prefix("kyma-project.io/module/")
+        .unwrap_or_else(|| panic!("name {name:?} must be kyma-project.io/module/<name>"));
+    assert!(
+        !short.is_empty()
+            && name.len() <= 255
+            && short
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+        "name {name:?}"
+    );
+    assert_eq!(
+        text("version"),
+        cp_api::defaults::RELEASE,
+        "version comes from the workspace"
+    );
+    for (k, v) in [
+        ("repository", text("repository")),
+        ("documentation", text("documentation")),
+    ] {
+        assert!(v.starts_with("https://"), "{k} must be an https URL: {v:?}");
+    }
+    assert!(
+        !text("team").is_empty(),
+        "team is required while security scanning is on"
+    );
+    let icons = cfg["icons"].as_array().cloned().unwrap_or_default();
+    assert!(
+        !icons.is_empty()
+            && icons.iter().all(|i| i["name"].is_string()
+                && i["link"]
+                    .as_str()
+                    .is_some_and(|l| l.starts_with("https://"))),
+        "icons: {icons:?}"
+    );
+    // Files it names exist beside it; the manifest is the rendered bundle.
+    for k in ["manifest", "defaultCR", "security"] {
+        let rel = text(k);
+        assert!(
+            root().join("manifests").join(&rel).exists(),
+            "{k}: manifests/{rel} missing"
+        );
+    }
+    assert_eq!(text("manifest"), cp_api::bundle::BUNDLE);
+    // The scanners scan exactly the images the Deployments run.
+    let security = yaml_docs(&format!("manifests/{}", text("security"))).remove(0);
+    let mut scanned: Vec<String> = security["bdba"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(String::from))
+        .collect();
+    scanned.sort();
+    let docs = all_manifest_docs();
+    let mut running: Vec<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .flat_map(|d| {
+            d["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|c| c["image"].as_str().map(String::from))
+        .collect();
+    running.sort();
+    assert_eq!(scanned, running, "sec-scanners-config bdba images");
+    // The manager is a Deployment of the bundle.
+    let m = &cfg["manager"];
+    assert!(
+        docs.iter().any(|d| d["kind"] == m["kind"]
+            && d["apiVersion"]
+                == format!(
+                    "{}/{}",
+                    m["group"].as_str().unwrap_or_default(),
+                    m["version"].as_str().unwrap_or_default()
+                )
+            && d["metadata"]["name"] == m["name"]
+            && d["metadata"]["namespace"] == m["namespace"]),
+        "manager {m} is not in the bundle"
+    );
+    // Both of the module's kinds are associated resources, with the CRDs' group and version.
+    let associated: Vec<String> = cfg["associatedResources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            format!(
+                "{}/{}/{}",
+                r["group"].as_str().unwrap_or_default(),
+                r["version"].as_str().unwrap_or_default(),
+                r["kind"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    for kind in ["ConnectivityProxy", "ServiceMapping"] {
+        assert!(
+            associated.contains(&format!("connectivityproxy.sap.com/v1/{kind}")),
+            "{kind} not in associatedResources: {associated:?}"
+        );
+    }
+    assert!(cfg["requiresDowntime"].is_boolean());
+}
+
+#[test]
 fn deployments_satisfy_the_restricted_pod_security_standard() {
     let mut seen = 0;
     for doc in all_manifest_docs() {
