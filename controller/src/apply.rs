@@ -130,6 +130,13 @@ fn quantity(s: &str) -> Option<f64> {
     Some(n * factor)
 }
 
+/// A 403 in a namespace: name the RoleBinding that would allow it.
+fn forbidden_namespace(what: &str, ns: &str) -> Error {
+    Error::Invalid(format!(
+        "{what}: the controller may not write in namespace {ns}; it writes only where ClusterRole connectivity-proxy-operator-namespaced is bound (kyma-system, istio-system): kubectl create rolebinding connectivity-proxy-operator-controller -n {ns} --clusterrole=connectivity-proxy-operator-namespaced --serviceaccount=kyma-system:connectivity-proxy-controller"
+    ))
+}
+
 fn d_ns(d: &Desired) -> &str {
     d.namespace.as_deref().unwrap_or("")
 }
@@ -160,10 +167,14 @@ impl Applier {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<DynamicObject>, Error> {
+        let what = format!("reading {} {name}", kind.api_resource().kind);
         self.api(kind, namespace)
             .get_opt(name)
             .await
-            .map_err(|e| Error::kube(format!("reading {} {name}", kind.api_resource().kind), e))
+            .map_err(|e| match (e, namespace) {
+                (kube::Error::Api(s), Some(ns)) if s.code == 403 => forbidden_namespace(&what, ns),
+                (e, _) => Error::kube(what, e),
+            })
     }
 
     /// Applies `d` unless the live object already matches; returns whether it wrote.
@@ -205,6 +216,9 @@ impl Applier {
                         "{what}: namespace {} does not exist (the Istio namespace is spec.ingress.istio.namespace, default istio-system: is Istio installed?)",
                         d_ns(d)
                     ))
+                }
+                kube::Error::Api(s) if s.code == 403 && d.namespace.is_some() => {
+                    forbidden_namespace(&what, d_ns(d))
                 }
                 e => Error::kube(what, e),
             })?;
