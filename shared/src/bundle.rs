@@ -18,7 +18,11 @@ pub const HAND_WRITTEN: [&str; 6] = [
 
 /// Optional hand-written manifests appended after the core ones when present. The alert rules
 /// (`monitoring/alerts.yaml`) are not in the bundle: they need prometheus-operator's CRD.
-pub const EXTRAS: [&str; 2] = ["ui/extension.yaml", "monitoring/grafana-dashboard.yaml"];
+pub const EXTRAS: [&str; 3] = [
+    "ui/extension.yaml",
+    "ui/servicemapping-extension.yaml",
+    "monitoring/grafana-dashboard.yaml",
+];
 
 /// The rendered bundle's file name.
 pub const BUNDLE: &str = "connectivity-proxy-operator.yaml";

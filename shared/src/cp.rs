@@ -59,7 +59,7 @@ pub struct ConnectivityProxySpec {
 pub struct Config {
     /// High-availability mode of the business data tunnel: `off`, `path` or `subdomain`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = "off", "pattern" = "^(off|path|subdomain)$"))]
+    #[schemars(extend("default" = "off", "pattern" = "^(off|path|subdomain)$", "enum" = ["off", "path", "subdomain"]))]
     pub high_availability_mode: Option<String>,
     /// Integration with the Connectivity and Audit Log services.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,7 +84,7 @@ pub struct Config {
     pub subaccount_subdomain: Option<String>,
     /// Tenant mode: `dedicated` (one subaccount, needs `subaccountId`) or `shared`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = "dedicated", "pattern" = "^(dedicated|shared)$"))]
+    #[schemars(extend("default" = "dedicated", "pattern" = "^(dedicated|shared)$", "enum" = ["dedicated", "shared"]))]
     pub tenant_mode: Option<String>,
 }
 

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
     plural = "servicemappings",
     singular = "servicemapping",
     shortname = "sm",
+    category = "kyma-modules",
     doc = "ServiceMapping exposes a cluster service to on-premise systems through the Cloud Connector (a service channel).",
     status = "ServiceMappingStatus",
     printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.type"}"#,

@@ -2,5 +2,6 @@
 #![forbid(unsafe_code)]
 
 mod common;
+mod dashboard;
 mod foundation;
 mod webhook;

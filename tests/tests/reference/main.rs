@@ -385,9 +385,32 @@ async fn every_upstream_crd_applies() {
 
 #[test]
 fn dashboard_extension_sections_validate_against_busola_schemas() {
-    let ext = yaml_file(&cp_tests::workspace_root().join("manifests/ui/extension.yaml")).remove(0);
+    for file in ["extension.yaml", "servicemapping-extension.yaml"] {
+        validate_extension(file);
+    }
+}
+
+fn validate_extension(file: &str) {
+    let ext = yaml_file(&cp_tests::workspace_root().join("manifests/ui").join(file)).remove(0);
     for name in ["general", "list", "details", "form"] {
-        let schema = yaml_file(&reference(&format!("busola-schemas/schema-{name}.yaml"))).remove(0);
+        let mut schema =
+            yaml_file(&reference(&format!("busola-schemas/schema-{name}.yaml"))).remove(0);
+        // The published form schema defines the Switch and Number widgets under `$widgets` but leaves
+        // them out of the `widget` enum; accept every widget it defines.
+        let defined: Vec<Value> = schema["$widgets"]
+            .as_object()
+            .map(|w| w.keys().map(|k| Value::String(k.clone())).collect())
+            .unwrap_or_default();
+        if let Some(e) = schema
+            .pointer_mut("/$defs/component/properties/widget/enum")
+            .and_then(Value::as_array_mut)
+        {
+            for w in defined {
+                if !e.contains(&w) {
+                    e.push(w);
+                }
+            }
+        }
         let validator =
             jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("schema {name}: {e}"));
         let text = ext["data"][name]
@@ -401,7 +424,7 @@ fn dashboard_extension_sections_validate_against_busola_schemas() {
             .collect();
         assert!(
             errors.is_empty(),
-            "section {name} does not match the Busola schema: {errors:?}"
+            "{file}: section {name} does not match the Busola schema: {errors:?}"
         );
     }
 }
