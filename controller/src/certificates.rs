@@ -257,6 +257,26 @@ fn observe(metrics: &Metrics, name: &str, pem: &str) {
     }
 }
 
+/// Records the expiry of a tunnel certificate Gardener or cert-manager wrote into `ns/secret`, so that
+/// `cp_certificate_expiry_timestamp_seconds{certificate="tunnel"}` covers every provider (the fleet
+/// view counts certificates about to expire). Best effort: a failed read is only logged.
+async fn observe_issued(client: &Client, ns: &str, secret: &str, metrics: &Metrics) {
+    match Api::<Secret>::namespaced(client.clone(), ns)
+        .get_opt(secret)
+        .await
+    {
+        Ok(Some(s)) => {
+            if let Some(pem) = s.data.as_ref().and_then(|d| text(d, "tls.crt")) {
+                observe(metrics, "tunnel", &pem);
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::debug!(error = %e, %ns, %secret, "reading the tunnel certificate's expiry")
+        }
+    }
+}
+
 /// One pass over the webhook certificates; returns when to look again.
 pub async fn reconcile_webhook_certs(
     client: &Client,
@@ -431,6 +451,9 @@ pub async fn tunnel_objects(
     let dns = vec![host.clone(), format!("*.{host}")];
     let ns = resolved.istio_namespace.as_str();
     let secret = resolved.tls_secret.as_str();
+    if provider != Provider::BuiltIn {
+        observe_issued(client, ns, secret, metrics).await;
+    }
     match provider {
         Provider::Gardener => Ok((
             vec![object(

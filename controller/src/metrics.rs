@@ -1,6 +1,10 @@
 //! Prometheus metrics of the controller.
 
-use cp_api::State;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use cp_api::{ConnectivityProxy, State};
+use kube::ResourceExt;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder,
@@ -34,6 +38,92 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// `cp_build_info{component,version}`.
     pub build_info: IntGaugeVec,
+    /// `cp_module_info{namespace,name,state,reason,migration,operator_version,proxy_version}`: 1 for
+    /// each CR's current combination, for a fleet view in KCP. Set through [`Metrics::set_module_info`].
+    module_info: IntGaugeVec,
+    /// The label values of each CR's `cp_module_info` series, keyed by (namespace, name): replaced
+    /// when they change so that exactly one series per CR exists.
+    module_info_current: Mutex<BTreeMap<(String, String), [String; 7]>>,
+}
+
+/// Where the CR stands in the takeover of a legacy reconciler installation (`migration` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Migration {
+    /// No takeover was ever needed.
+    None,
+    /// A takeover step is under way.
+    InProgress,
+    /// The takeover is blocked (`LegacyMigrationBlocked`); the legacy installation keeps running.
+    Blocked,
+    /// The legacy installation was taken over.
+    Done,
+}
+
+impl Migration {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Migration::None => "none",
+            Migration::InProgress => "in_progress",
+            Migration::Blocked => "blocked",
+            Migration::Done => "done",
+        }
+    }
+
+    /// From the CR's migration annotation and the reason of the status being written: the reason wins,
+    /// since the CR passed along is the copy read before the step that changed the annotation.
+    pub fn of(annotation: Option<&str>, reason: &str) -> Self {
+        match reason {
+            "LegacyMigrationBlocked" => return Migration::Blocked,
+            "LegacyMigrationDone" => return Migration::Done,
+            "LegacyInstallationDetected"
+            | "LegacyTakeoverIdRecorded"
+            | "LegacyConfigurationImported" => return Migration::InProgress,
+            _ => {}
+        }
+        match annotation {
+            Some("in-progress") => Migration::InProgress,
+            Some("done") => Migration::Done,
+            _ => Migration::None,
+        }
+    }
+}
+
+/// What `cp_module_info` says about one CR.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModuleInfo {
+    /// Module state.
+    pub state: State,
+    /// Reason of the state (CamelCase, from the first failing condition or `StatefulSetReady`).
+    pub reason: String,
+    /// Takeover of a legacy installation.
+    pub migration: Migration,
+    /// Tag of the Connectivity Proxy image in `spec.deployment` (`unknown` when not set yet).
+    pub proxy_version: String,
+}
+
+impl ModuleInfo {
+    /// From the CR as reconciled and the state and reason being written into its status.
+    pub fn of(cr: &ConnectivityProxy, state: State, reason: &str) -> Self {
+        let annotation = cr
+            .annotations()
+            .get(crate::migration::MIGRATION_ANNOTATION)
+            .map(String::as_str);
+        let proxy_version = cr
+            .spec
+            .deployment
+            .as_ref()
+            .and_then(|d| d.image.as_ref())
+            .map(|i| i.tag.clone())
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| "unknown".into());
+        Self {
+            state,
+            reason: reason.to_string(),
+            migration: Migration::of(annotation, reason),
+            proxy_version,
+        }
+    }
 }
 
 impl Metrics {
@@ -102,6 +192,21 @@ impl Metrics {
             Opts::new("cp_build_info", "Build information."),
             &["component", "version"],
         )?;
+        let module_info = IntGaugeVec::new(
+            Opts::new(
+                "cp_module_info",
+                "1 for the current state, reason, legacy migration phase, operator and proxy versions of each ConnectivityProxy.",
+            ),
+            &[
+                "namespace",
+                "name",
+                "state",
+                "reason",
+                "migration",
+                "operator_version",
+                "proxy_version",
+            ],
+        )?;
         for c in [
             Box::new(reconciles.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(reconcile_duration.clone()),
@@ -113,6 +218,7 @@ impl Metrics {
             Box::new(cert_failures.clone()),
             Box::new(leader.clone()),
             Box::new(build_info.clone()),
+            Box::new(module_info.clone()),
         ] {
             names.extend(c.desc().iter().map(|d| d.fq_name.clone()));
             registry.register(c)?;
@@ -133,7 +239,35 @@ impl Metrics {
             cert_failures,
             leader,
             build_info,
+            module_info,
+            module_info_current: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// Sets the `cp_module_info` series of one CR, removing its previous one when a label changed.
+    pub fn set_module_info(&self, namespace: &str, name: &str, info: &ModuleInfo) {
+        let labels = [
+            namespace.to_string(),
+            name.to_string(),
+            info.state.as_str().to_string(),
+            info.reason.clone(),
+            info.migration.as_str().to_string(),
+            cp_api::defaults::RELEASE.to_string(),
+            info.proxy_version.clone(),
+        ];
+        let Ok(mut current) = self.module_info_current.lock() else {
+            return;
+        };
+        let key = (namespace.to_string(), name.to_string());
+        if let Some(previous) = current.get(&key).filter(|p| **p != labels) {
+            let _ = self
+                .module_info
+                .remove_label_values(&previous.each_ref().map(String::as_str));
+        }
+        self.module_info
+            .with_label_values(&labels.each_ref().map(String::as_str))
+            .set(1);
+        current.insert(key, labels);
     }
 
     /// Sets the state series of one CR.
@@ -151,6 +285,13 @@ impl Metrics {
             let _ = self
                 .state
                 .remove_label_values(&[namespace, name, s.as_str()]);
+        }
+        if let Ok(mut current) = self.module_info_current.lock()
+            && let Some(previous) = current.remove(&(namespace.to_string(), name.to_string()))
+        {
+            let _ = self
+                .module_info
+                .remove_label_values(&previous.each_ref().map(String::as_str));
         }
     }
 
@@ -178,5 +319,148 @@ impl Metrics {
             return String::new();
         }
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cr(annotation: Option<&str>, tag: Option<&str>) -> ConnectivityProxy {
+        let mut spec = serde_json::json!({"config": {
+            "servers": {"businessDataTunnel": {"externalHost": "auto-provision"}},
+            "subaccountId": "auto-provision",
+            "subaccountSubdomain": "auto-provision"
+        }});
+        if let Some(t) = tag {
+            spec["deployment"] =
+                serde_json::json!({"image": {"registry": "r", "repository": "p", "tag": t}});
+        }
+        let mut cr: ConnectivityProxy = serde_json::from_value(serde_json::json!({
+            "apiVersion": "connectivityproxy.sap.com/v1",
+            "kind": "ConnectivityProxy",
+            "metadata": {"name": "connectivity-proxy", "namespace": "kyma-system"},
+            "spec": spec,
+        }))
+        .expect("cr");
+        if let Some(a) = annotation {
+            cr.annotations_mut()
+                .insert(crate::migration::MIGRATION_ANNOTATION.into(), a.into());
+        }
+        cr
+    }
+
+    fn info_lines(m: &Metrics) -> Vec<String> {
+        m.render()
+            .lines()
+            .filter(|l| l.starts_with("cp_module_info{"))
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn module_info_renders_one_series_with_every_label() {
+        let m = Metrics::new().expect("metrics");
+        let info = ModuleInfo::of(&cr(None, Some("2.11.0")), State::Ready, "StatefulSetReady");
+        m.set_module_info("kyma-system", "connectivity-proxy", &info);
+        let lines = info_lines(&m);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        for label in [
+            "namespace=\"kyma-system\"",
+            "name=\"connectivity-proxy\"",
+            "state=\"Ready\"",
+            "reason=\"StatefulSetReady\"",
+            "migration=\"none\"",
+            &format!("operator_version=\"{}\"", cp_api::defaults::RELEASE),
+            "proxy_version=\"2.11.0\"",
+        ] {
+            assert!(lines[0].contains(label), "{label} missing in {}", lines[0]);
+        }
+        assert!(lines[0].ends_with(" 1"), "{}", lines[0]);
+        assert!(m.metric_names().contains(&"cp_module_info".to_string()));
+    }
+
+    #[test]
+    fn module_info_state_change_leaves_exactly_one_series() {
+        let m = Metrics::new().expect("metrics");
+        let c = cr(None, Some("2.11.0"));
+        m.set_module_info(
+            "kyma-system",
+            "connectivity-proxy",
+            &ModuleInfo::of(&c, State::Processing, "StatefulSetNotReady"),
+        );
+        m.set_module_info(
+            "kyma-system",
+            "connectivity-proxy",
+            &ModuleInfo::of(&c, State::Ready, "StatefulSetReady"),
+        );
+        m.set_module_info(
+            "kyma-system",
+            "connectivity-proxy",
+            &ModuleInfo::of(&c, State::Ready, "StatefulSetReady"),
+        );
+        let lines = info_lines(&m);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("state=\"Ready\""), "{}", lines[0]);
+        // Another CR has its own series.
+        m.set_module_info(
+            "default",
+            "other",
+            &ModuleInfo::of(&c, State::Warning, "OutsideModuleNamespace"),
+        );
+        assert_eq!(info_lines(&m).len(), 2);
+    }
+
+    #[test]
+    fn forget_removes_the_module_info_series() {
+        let m = Metrics::new().expect("metrics");
+        let info = ModuleInfo::of(&cr(None, Some("2.11.0")), State::Deleting, "Deleting");
+        m.set_module_info("kyma-system", "connectivity-proxy", &info);
+        m.set_module_info("default", "other", &info);
+        m.forget("kyma-system", "connectivity-proxy");
+        let lines = info_lines(&m);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("name=\"other\""), "{}", lines[0]);
+        // Forgetting twice, or a CR never seen, is harmless.
+        m.forget("kyma-system", "connectivity-proxy");
+        m.forget("kyma-system", "never-seen");
+        assert_eq!(info_lines(&m).len(), 1);
+    }
+
+    #[test]
+    fn migration_phase_follows_the_reason_then_the_annotation() {
+        let phase = |a: Option<&str>, reason: &str| {
+            ModuleInfo::of(&cr(a, Some("2.11.0")), State::Processing, reason).migration
+        };
+        assert_eq!(phase(None, "StatefulSetReady"), Migration::None);
+        assert_eq!(
+            phase(None, "LegacyInstallationDetected"),
+            Migration::InProgress
+        );
+        assert_eq!(
+            phase(Some("in-progress"), "LegacyConfigurationImported"),
+            Migration::InProgress
+        );
+        assert_eq!(
+            phase(Some("in-progress"), "LegacyMigrationBlocked"),
+            Migration::Blocked
+        );
+        assert_eq!(
+            phase(Some("in-progress"), "LegacyMigrationDone"),
+            Migration::Done
+        );
+        assert_eq!(phase(Some("done"), "StatefulSetReady"), Migration::Done);
+        assert_eq!(
+            phase(Some("in-progress"), "ApplyFailed"),
+            Migration::InProgress
+        );
+    }
+
+    #[test]
+    fn proxy_version_is_the_image_tag_of_spec_deployment() {
+        let of = |tag| ModuleInfo::of(&cr(None, tag), State::Ready, "x").proxy_version;
+        assert_eq!(of(Some("2.11.0")), "2.11.0");
+        assert_eq!(of(Some("")), "unknown");
+        assert_eq!(of(None), "unknown");
     }
 }

@@ -357,13 +357,7 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         "ResourcesApplied",
         format!("{} objects applied", objects.len()),
     );
-    let port = cr
-        .spec
-        .config
-        .servers
-        .business_data_tunnel
-        .external_port
-        .unwrap_or(443);
+    let port = cp_api::validation::external_port(&cr.spec);
     if let Err(e) =
         crate::mappings::reconcile_mappings(&ctx.client, &mappings, &resolved, port).await
     {

@@ -156,6 +156,11 @@ pub async fn write(ctx: &Ctx, cr: &ConnectivityProxy, computed: &Computed) -> Re
     let ns = cr.namespace().unwrap_or_default();
     let name = cr.name_any();
     ctx.metrics.set_state(&ns, &name, Some(computed.state));
+    ctx.metrics.set_module_info(
+        &ns,
+        &name,
+        &crate::metrics::ModuleInfo::of(cr, computed.state, &computed.reason),
+    );
     let status = build(cr, computed, Time(k8s_openapi::jiff::Timestamp::now()));
     let old = cr.status.clone().unwrap_or_default();
     if !differs(&old, &status) {

@@ -202,6 +202,13 @@ impl ConnectivityProxySpec {
                 ),
             ));
         }
+        if self.ingress_class() == "nginx" {
+            errors.push(err(
+                "spec.ingress.className",
+                "nginx is not supported by the Kyma module: the tunnel is exposed through the Istio ingress gateway \
+                 (Kyma's Istio module), which verifies the Cloud Connector's client certificate; set className to istio",
+            ));
+        }
         if self.ingress_class() == "istio" {
             let tls = self
                 .ingress
@@ -257,6 +264,41 @@ impl ConnectivityProxySpec {
         }
         errors
     }
+}
+
+/// Fields the existing CRD accepts that have no effect with the Istio ingress (the only class this
+/// module serves): each is named in an admission warning, never silently ignored.
+pub fn ignored_fields(spec: &ConnectivityProxySpec) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(ingress) = spec.ingress.as_ref() else {
+        return out;
+    };
+    if ingress.annotations.as_ref().is_some_and(|a| !a.is_empty()) {
+        out.push("spec.ingress.annotations is for an NGINX ingress and has no effect with the Istio gateway".to_string());
+    }
+    if ingress
+        .timeouts
+        .as_ref()
+        .and_then(|t| t.proxy.as_ref())
+        .and_then(|p| p.send)
+        .is_some_and(|s| s != 120)
+    {
+        out.push(
+            "spec.ingress.timeouts.proxy.send has no effect with the Istio gateway (the VirtualService has one request timeout: timeouts.proxy.read)"
+                .to_string(),
+        );
+    }
+    out
+}
+
+/// The port the business data tunnel is reached on (`externalPort`, default 443): the Gateway listens on
+/// it and every ServiceMapping's endpoint advertises it.
+pub fn external_port(spec: &ConnectivityProxySpec) -> i32 {
+    spec.config
+        .servers
+        .business_data_tunnel
+        .external_port
+        .unwrap_or(443)
 }
 
 /// The operator's own Secrets: a user-chosen name may never point the controller at them.

@@ -110,8 +110,26 @@ fn istio_needs_tls_secret() {
         fields(&spec(v.clone()), None, &no_facts()),
         ["spec.ingress.tls.secretName"]
     );
-    v["ingress"] = json!({"className": "nginx"});
+    v["ingress"] = json!({"className": "istio", "tls": {"secretName": "tls"}});
     assert!(fields(&spec(v), None, &no_facts()).is_empty());
+}
+
+#[test]
+fn nginx_is_refused_and_nginx_only_fields_are_named() {
+    let mut v = base();
+    v["ingress"] = json!({"className": "nginx"});
+    assert_eq!(
+        fields(&spec(v), None, &no_facts()),
+        ["spec.ingress.className"]
+    );
+    let mut v = base();
+    assert!(crate::validation::ignored_fields(&spec(v.clone())).is_empty());
+    v["ingress"]["annotations"] = json!({"nginx.ingress.kubernetes.io/x": "y"});
+    v["ingress"]["timeouts"] = json!({"proxy": {"send": 30}});
+    let ignored = crate::validation::ignored_fields(&spec(v));
+    assert_eq!(ignored.len(), 2, "{ignored:?}");
+    assert!(ignored[0].starts_with("spec.ingress.annotations"));
+    assert!(ignored[1].starts_with("spec.ingress.timeouts.proxy.send"));
 }
 
 #[test]

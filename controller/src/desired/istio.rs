@@ -47,7 +47,8 @@ pub(super) fn objects(cr: &ConnectivityProxy, ns: &str, resolved: &Resolved) -> 
                 "selector": selector,
                 "servers": [{
                     "hosts": [host],
-                    "port": {"name": "https-tunnel", "number": 443, "protocol": "HTTPS"},
+                    // The port the Cloud Connector dials and every mapping's endpoint advertises.
+                    "port": {"name": "https-tunnel", "number": cp_api::validation::external_port(&cr.spec), "protocol": "HTTPS"},
                     "tls": tls
                 }]
             }}),

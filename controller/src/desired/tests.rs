@@ -214,3 +214,33 @@ fn service_mappings_json_leaves_out_unset_fields_and_fits_10000_mappings_in_a_co
     let size = service_mappings_json(&many).len();
     assert!(size < 1_000_000, "10,000 mappings take {size} bytes");
 }
+
+#[test]
+fn gateway_port_and_mapping_endpoints_agree_for_any_external_port() {
+    let mapping: cp_api::ServiceMapping = serde_json::from_value(json!({
+        "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+        "metadata": {"name": "m"},
+        "spec": {"type": "RFC", "serviceId": "erp", "internalAddress": "erp.ns:3300"}
+    }))
+    .expect("mapping");
+    for port in [None, Some(443), Some(8443)] {
+        let mut spec = default_spec();
+        if let Some(p) = port {
+            spec["config"]["servers"]["businessDataTunnel"]["externalPort"] = json!(p);
+        }
+        let c = cr(spec);
+        let r = resolve(&c, &facts("d.example.com")).expect("resolves");
+        let objs = desired(&c, &r, &[]);
+        let served = find(&objs, Kind::Gateway, cp_api::names::GATEWAY)["spec"]["servers"][0]["port"]
+            ["number"]
+            .as_i64()
+            .expect("gateway port");
+        let advertised =
+            crate::mappings::endpoint(&mapping, &r, cp_api::validation::external_port(&c.spec));
+        assert_eq!(served, i64::from(port.unwrap_or(443)));
+        assert!(
+            advertised.ends_with(&format!(":{served}/erp")),
+            "{advertised} vs Gateway port {served}"
+        );
+    }
+}

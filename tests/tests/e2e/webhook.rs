@@ -335,7 +335,25 @@ async fn every_validation_rule_has_an_allowed_and_a_denied_case() {
             "className istio needs ingress.tls.secretName",
             with(base.clone(), "/spec/ingress", json!({"className": "istio"})),
             "spec.ingress.tls.secretName",
-            with(base.clone(), "/spec/ingress", json!({"className": "nginx"})),
+            with(
+                base.clone(),
+                "/spec/ingress",
+                json!({"className": "istio", "tls": {"secretName": "tls"}}),
+            ),
+        ),
+        (
+            "className nginx is not served by the Kyma module",
+            with(
+                base.clone(),
+                "/spec/ingress",
+                json!({"className": "nginx", "tls": {"secretName": "tls"}}),
+            ),
+            "spec.ingress.className",
+            with(
+                base.clone(),
+                "/spec/ingress",
+                json!({"className": "istio", "tls": {"secretName": "tls"}}),
+            ),
         ),
     ];
     for (rule, bad, field, good) in cases {

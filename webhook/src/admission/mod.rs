@@ -149,8 +149,12 @@ pub fn review(
         }),
         Endpoint::Validate => validate_cp(req, policy, &facts()).map(|()| {
             let mut resp = resp.clone();
-            if let Some(w) = outside_module_namespace(req) {
-                resp.warnings = Some(vec![w]);
+            let warnings: Vec<String> = outside_module_namespace(req)
+                .into_iter()
+                .chain(ignored_fields(req))
+                .collect();
+            if !warnings.is_empty() {
+                resp.warnings = Some(warnings);
             }
             (resp, Decision::Allowed)
         }),
@@ -312,6 +316,22 @@ fn outside_module_namespace(req: &Request) -> Option<String> {
             ks = names::KYMA_SYSTEM
         )
     })
+}
+
+/// Warnings for accepted fields that have no effect (only when the spec is written, not on metadata-only
+/// updates).
+fn ignored_fields(req: &Request) -> Vec<String> {
+    let Some(spec) = req.object.as_ref().and_then(|o| o.data.get("spec")) else {
+        return vec![];
+    };
+    if matches!(req.operation, Operation::Update)
+        && req.old_object.as_ref().and_then(|o| o.data.get("spec")) == Some(spec)
+    {
+        return vec![];
+    }
+    ConnectivityProxySpec::deserialize(spec)
+        .map(|s| cp_api::validation::ignored_fields(&s))
+        .unwrap_or_default()
 }
 
 /// Validates a ConnectivityProxy: protected fields, then every cross-field rule.
