@@ -58,14 +58,19 @@ fn facts() -> &'static [Facts; 3] {
                 "db.internal",
             ),
         ];
+        let index = || {
+            cp_webhook::index::SharedIndex::new(cp_webhook::index::MappingIndex::of(
+                mappings.iter().map(|m| m.as_ref()),
+            ))
+        };
         [
             Facts::default(),
             Facts {
-                service_mappings: mappings.clone(),
+                service_mappings: index(),
                 shared_tenant: false,
             },
             Facts {
-                service_mappings: mappings,
+                service_mappings: index(),
                 shared_tenant: true,
             },
         ]

@@ -10,11 +10,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use crate::admission::Facts;
+use crate::index::{IndexWriter, SharedIndex};
 
 /// Reflector stores with a readiness flag.
 #[derive(Clone)]
 pub struct Caches {
-    mappings: Store<ServiceMapping>,
+    mappings: SharedIndex,
     proxies: Store<ConnectivityProxy>,
     synced: Arc<AtomicBool>,
 }
@@ -26,25 +27,24 @@ impl Caches {
         client: Client,
         extra: Option<Store<k8s_openapi::api::core::v1::ConfigMap>>,
     ) -> Self {
-        let (mappings, mw) = reflector::store::<ServiceMapping>();
         let (proxies, pw) = reflector::store::<ConnectivityProxy>();
-        let m_stream = reflector::reflector(
-            mw,
-            watcher(
-                Api::<ServiceMapping>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            // Admission reads a cached mapping's name and spec only: keep nothing else.
-            .modify(|m| {
-                m.metadata = kube::api::ObjectMeta {
-                    name: m.metadata.name.take(),
-                    ..Default::default()
-                };
-                m.status = None;
-            }),
+        // Mappings are kept only as the uniqueness index the watch updates (no list to copy per request).
+        let mappings = SharedIndex::default();
+        let (listed, mut mappings_listed) = tokio::sync::watch::channel(false);
+        let mut writer = IndexWriter::new(mappings.clone());
+        let m_stream = watcher(
+            Api::<ServiceMapping>::all(client.clone()),
+            watcher::Config::default(),
         )
         .default_backoff()
-        .touched_objects();
+        .map(move |event| {
+            if let Ok(e) = &event
+                && writer.apply(e)
+            {
+                listed.send_replace(true);
+            }
+            event.map(|_| ())
+        });
         let p_stream = reflector::reflector(
             pw,
             watcher(
@@ -58,10 +58,11 @@ impl Caches {
         tokio::spawn(drain(m_stream.boxed(), "ServiceMapping"));
         tokio::spawn(drain(p_stream.boxed(), "ConnectivityProxy"));
         let synced = Arc::new(AtomicBool::new(false));
-        let (m, p, s) = (mappings.clone(), proxies.clone(), synced.clone());
+        let (p, s) = (proxies.clone(), synced.clone());
         tokio::spawn(async move {
-            let _ = m.wait_until_ready().await;
             let _ = p.wait_until_ready().await;
+            // The first complete mapping listing swapped into the index.
+            let _ = mappings_listed.wait_for(|listed| *listed).await;
             if let Some(e) = extra {
                 let _ = e.wait_until_ready().await;
             }
@@ -83,7 +84,7 @@ impl Caches {
     /// The facts admission needs, from the caches.
     pub fn facts(&self) -> Facts {
         Facts {
-            service_mappings: self.mappings.state(),
+            service_mappings: self.mappings.clone(),
             shared_tenant: self
                 .proxies
                 .state()

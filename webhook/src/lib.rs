@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod cache;
+pub mod index;
 pub mod metrics;
 pub mod privileged;
 pub mod server;

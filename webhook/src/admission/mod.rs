@@ -5,7 +5,7 @@
 
 use cp_api::policy::{PrivilegedIdentities, changed_paths};
 use cp_api::validation::{ClusterFacts, FieldError, join, unknown_fields, validate_mapping};
-use cp_api::{ConnectivityProxySpec, ServiceMapping, ServiceMappingSpec, defaults, names};
+use cp_api::{ConnectivityProxySpec, ServiceMappingSpec, defaults, names};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::response::StatusSummary;
@@ -102,8 +102,8 @@ pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
 /// What the webhook knows about the cluster when it decides.
 #[derive(Clone, Debug, Default)]
 pub struct Facts {
-    /// Existing ServiceMappings.
-    pub service_mappings: Vec<std::sync::Arc<ServiceMapping>>,
+    /// Existing ServiceMappings, indexed by their uniqueness key (shared with the watch: no copy).
+    pub service_mappings: crate::index::SharedIndex,
     /// Whether any ConnectivityProxy runs in shared tenant mode.
     pub shared_tenant: bool,
 }
@@ -359,12 +359,13 @@ pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<(), 
         _ => (None, None),
     };
     protected_fields(req, policy, old_json, new_json)?;
+    // Mapping names matter only to the rule about switching service channels off: list them only then.
     let cluster = ClusterFacts {
-        service_mappings: facts
-            .service_mappings
-            .iter()
-            .filter_map(|m| m.metadata.name.clone())
-            .collect(),
+        service_mappings: if new.service_channels_enabled() {
+            vec![]
+        } else {
+            facts.service_mappings.read(|i| i.names())
+        },
     };
     let errors: Vec<FieldError> = new.validate(old.as_ref(), &cluster);
     if errors.is_empty() {
@@ -394,15 +395,14 @@ pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
         .as_ref()
         .and_then(|o| o.metadata.name.clone())
         .unwrap_or_else(|| req.name.clone());
-    if let Some(other) = facts.service_mappings.iter().find(|m| {
-        m.metadata.name.as_deref() != Some(name.as_str())
-            && cp_api::mapping::mapping_key(&m.spec) == key
-    }) {
+    if let Some(other) = facts
+        .service_mappings
+        .read(|i| i.other_with(&key, &name).map(String::from))
+    {
         errors.push(FieldError {
             field: "spec.serviceId".into(),
             message: format!(
-                "ServiceMapping {} already maps type {} subaccountId {:?} serviceId {:?}; (type, subaccountId, serviceId) must be unique",
-                other.metadata.name.as_deref().unwrap_or("?"),
+                "ServiceMapping {other} already maps type {} subaccountId {:?} serviceId {:?}; (type, subaccountId, serviceId) must be unique",
                 key.0.as_str(),
                 key.1,
                 key.2

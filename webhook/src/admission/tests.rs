@@ -225,9 +225,12 @@ fn mapping(name: &str, service: &str) -> Value {
 
 #[test]
 fn duplicate_mapping_is_refused() {
-    let existing: ServiceMapping = serde_json::from_value(mapping("a", "s4")).expect("mapping");
+    let existing: cp_api::ServiceMapping =
+        serde_json::from_value(mapping("a", "s4")).expect("mapping");
     let facts = Facts {
-        service_mappings: vec![std::sync::Arc::new(existing)],
+        service_mappings: crate::index::SharedIndex::new(crate::index::MappingIndex::of([
+            &existing,
+        ])),
         shared_tenant: false,
     };
     let body = review_body(
