@@ -8,7 +8,7 @@ export CARGO_TERM_COLOR ?= never
 BIN := $(CARGO_TARGET_DIR)/debug
 
 .PHONY: all run test lint fmt k8s-bins build manifests check-manifests check-leaks clean-local soak fuzz bench go-peer \
-	preflight images check-reference print-target-dir deny audit
+	preflight images check-reference print-target-dir deny audit release sbom
 
 all: build
 
@@ -100,3 +100,16 @@ images:
 check-reference: k8s-bins build
 	CP_REFERENCE_DIR=$${CP_REFERENCE_DIR:-$(CURDIR)/../shared/reference} cargo test -p cp-tests --test reference -- --nocapture
 	@$(MAKE) --no-print-directory check-leaks
+
+## A release: `make release VERSION=x.y.z` sets the workspace version (the one version source), refreshes
+## Cargo.lock, re-renders the manifests, prepends a CHANGELOG.md section with the commits since the last tag,
+## builds the images with that tag and writes an SBOM per image to dist/sbom/. Commits, tags and pushes
+## nothing: it prints those steps. Refuses a non-semver VERSION and a dirty working tree.
+release:
+	$(if $(VERSION),,$(error usage: make release VERSION=x.y.z))
+	@bash hack/release.sh "$(VERSION)"
+
+## CycloneDX SBOMs of the images at the current version (dist/sbom/{webhook,controller}-<version>.cdx.json),
+## from cargo metadata; builds nothing.
+sbom:
+	@python3 hack/sbom.py --out-dir dist/sbom webhook controller
