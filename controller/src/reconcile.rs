@@ -128,6 +128,23 @@ pub fn primary(ctx: &Ctx) -> Option<Arc<ConnectivityProxy>> {
         })
 }
 
+/// A CR this controller does not install: Warning with `reason`, nothing applied.
+async fn not_installed(
+    ctx: &Ctx,
+    cr: &ConnectivityProxy,
+    reason: &str,
+    msg: String,
+    then: Action,
+) -> Result<Action, Error> {
+    let computed = Computed::blocked(
+        State::Warning,
+        vec![],
+        Cond::failed(types::CONFIGURATION, reason, msg),
+    );
+    status::write(ctx, cr, &computed).await?;
+    Ok(then)
+}
+
 fn same(a: &ConnectivityProxy, b: &ConnectivityProxy) -> bool {
     a.uid().is_some() && a.uid() == b.uid()
         || (a.namespace() == b.namespace() && a.name_any() == b.name_any())
@@ -144,26 +161,14 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
             p.namespace().unwrap_or_default(),
             p.name_any()
         );
-        let computed = Computed::blocked(
-            State::Warning,
-            vec![],
-            Cond::failed(types::CONFIGURATION, "DuplicateConnectivityProxy", msg),
-        );
-        status::write(ctx, cr, &computed).await?;
-        return Ok(resync);
+        return not_installed(ctx, cr, "DuplicateConnectivityProxy", msg, resync).await;
     }
     if cr.namespace().as_deref() != Some(names::KYMA_SYSTEM) {
         let msg = format!(
             "the Connectivity Proxy is installed only from a ConnectivityProxy in {ks} (the module's namespace; the operator writes nowhere else but the Istio namespace): create it in {ks} and delete this one",
             ks = names::KYMA_SYSTEM
         );
-        let computed = Computed::blocked(
-            State::Warning,
-            vec![],
-            Cond::failed(types::CONFIGURATION, "OutsideModuleNamespace", msg),
-        );
-        status::write(ctx, cr, &computed).await?;
-        return Ok(resync);
+        return not_installed(ctx, cr, "OutsideModuleNamespace", msg, resync).await;
     }
     ensure_finalizer(cr, ctx).await?;
     if crate::upgrade::ensure_release_defaults(&ctx.client, cr, &ctx.settings.deployment_defaults)

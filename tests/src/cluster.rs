@@ -368,8 +368,9 @@ impl ControlPlane {
         self.spawn(name, cmd)
     }
 
-    /// SIGKILLs a process started with [`ControlPlane::spawn_process`] and waits for it to die.
-    pub fn kill_process(&self, name: &str) -> anyhow::Result<()> {
+    /// Removes a process started with [`ControlPlane::spawn_process`] from the ones stopped with the
+    /// control plane, handing it to the caller.
+    fn take_process(&self, name: &str) -> anyhow::Result<Child> {
         let mut children = self
             .children
             .lock()
@@ -378,7 +379,12 @@ impl ControlPlane {
             .iter()
             .position(|(n, _)| n == name)
             .with_context(|| format!("no process named {name}"))?;
-        let (_, mut child) = children.remove(idx);
+        Ok(children.remove(idx).1)
+    }
+
+    /// SIGKILLs a process started with [`ControlPlane::spawn_process`] and waits for it to die.
+    pub fn kill_process(&self, name: &str) -> anyhow::Result<()> {
+        let mut child = self.take_process(name)?;
         child.kill()?;
         child.wait()?;
         Ok(())
@@ -392,17 +398,7 @@ impl ControlPlane {
         name: &str,
         timeout: Duration,
     ) -> anyhow::Result<std::process::ExitStatus> {
-        let mut child = {
-            let mut children = self
-                .children
-                .lock()
-                .map_err(|_| anyhow::anyhow!("children lock poisoned"))?;
-            let idx = children
-                .iter()
-                .position(|(n, _)| n == name)
-                .with_context(|| format!("no process named {name}"))?;
-            children.remove(idx).1
-        };
+        let mut child = self.take_process(name)?;
         Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status()

@@ -764,50 +764,38 @@ async fn privileged_identities_are_read_live_from_the_configmap() {
                 .expect("config");
         }
     };
+    // Each attempt edits spec.deployment to a new value: true when admitted, false when refused for it.
+    let n = std::sync::atomic::AtomicI64::new(2);
+    let wait_for = |admitted: bool, what: &'static str| {
+        let (api, n, edit) = (api.clone(), &n, &edit);
+        cp_tests::wait::until(what, std::time::Duration::from_secs(15), move || {
+            let api = api.clone();
+            async move {
+                let v = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let outcome = match api
+                    .patch("cp", &PatchParams::default(), &Patch::Merge(&edit(v)))
+                    .await
+                {
+                    Ok(_) => true,
+                    Err(kube::Error::Api(s)) if s.message.contains("spec.deployment") => false,
+                    Err(e) => return Err(e.to_string()),
+                };
+                if outcome == admitted {
+                    Ok(Some(()))
+                } else {
+                    Err(format!("admitted: {outcome}"))
+                }
+            }
+        })
+    };
     // Listed: her edit goes through within seconds, without a restart of the webhook.
     set("someone-else, carol").await;
-    let n = std::sync::atomic::AtomicI64::new(2);
-    cp_tests::wait::until(
-        "carol's edit admitted",
-        std::time::Duration::from_secs(15),
-        || {
-            let (api, n) = (api.clone(), &n);
-            async move {
-                let v = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                match api
-                    .patch("cp", &PatchParams::default(), &Patch::Merge(&edit(v)))
-                    .await
-                {
-                    Ok(_) => Ok(Some(())),
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-        },
-    )
-    .await
-    .expect("the webhook picked up the ConfigMap");
+    wait_for(true, "carol's edit admitted")
+        .await
+        .expect("the webhook picked up the ConfigMap");
     // Removed: she loses the right as quickly.
     set("someone-else").await;
-    cp_tests::wait::until(
-        "carol's edit refused again",
-        std::time::Duration::from_secs(15),
-        || {
-            let (api, n) = (api.clone(), &n);
-            async move {
-                let v = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                match api
-                    .patch("cp", &PatchParams::default(), &Patch::Merge(&edit(v)))
-                    .await
-                {
-                    Err(kube::Error::Api(s)) if s.message.contains("spec.deployment") => {
-                        Ok(Some(()))
-                    }
-                    Ok(_) => Err("still admitted".to_string()),
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-        },
-    )
-    .await
-    .expect("the webhook dropped carol");
+    wait_for(false, "carol's edit refused again")
+        .await
+        .expect("the webhook dropped carol");
 }
