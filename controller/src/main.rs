@@ -314,8 +314,7 @@ async fn run() -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
         }
     };
-    let (all_for_crd, all_for_mapping, all_for_shoot, all_for_binding) = (
-        all(proxies.clone()),
+    let (all_for_crd, all_for_mapping, all_for_shoot) = (
         all(proxies.clone()),
         all(proxies.clone()),
         all(proxies.clone()),
@@ -335,20 +334,6 @@ async fn run() -> anyhow::Result<()> {
     )
     .default_backoff()
     .touched_objects();
-    // The BTP operator updates the binding (readiness, credential rotation): follow it without polling.
-    // Where the BTP CRDs are missing this watch retries with backoff until they appear.
-    let binding_ar = cp_controller::desired::Kind::ServiceBinding.api_resource();
-    let bindings = watcher(
-        Api::<kube::api::DynamicObject>::namespaced_with(
-            client.clone(),
-            names::KYMA_SYSTEM,
-            &binding_ar,
-        ),
-        managed.clone(),
-    )
-    .default_backoff()
-    .touched_objects();
-
     if args.manage_webhook_certs {
         tokio::spawn(run_webhook_certs(
             client.clone(),
@@ -376,7 +361,7 @@ async fn run() -> anyhow::Result<()> {
         ready_flag.store(true, std::sync::atomic::Ordering::SeqCst);
     });
 
-    let run = controller
+    let controller = controller
         // Owned objects are watched where the controller may read them (its RoleBinding in kyma-system).
         .owns(
             Api::<StatefulSet>::namespaced(client.clone(), names::KYMA_SYSTEM),
@@ -388,7 +373,7 @@ async fn run() -> anyhow::Result<()> {
         )
         .owns(
             Api::<ConfigMap>::namespaced(client.clone(), names::KYMA_SYSTEM),
-            managed,
+            managed.clone(),
         )
         .watches_stream(crd_stream, move |crd| {
             if relevant_crd(crd.metadata.name.as_deref().unwrap_or_default()) {
@@ -398,8 +383,8 @@ async fn run() -> anyhow::Result<()> {
             }
         })
         .watches_stream(mapping_stream, move |_| all_for_mapping())
-        .watches_stream(shoot_info, move |_| all_for_shoot())
-        .watches_stream_with(bindings, move |_| all_for_binding(), binding_ar)
+        .watches_stream(shoot_info, move |_| all_for_shoot());
+    let run = watch_managed(controller, &client, &managed)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {
@@ -423,6 +408,68 @@ async fn run() -> anyhow::Result<()> {
         run.await;
     }
     Ok(())
+}
+
+/// Every other managed kind is watched too (label-selected, where the RBAC lets the controller read:
+/// kyma-system, istio-system, and cluster scope for the PriorityClass), mapped to its CR through the
+/// owner labels (owner references cannot cross namespaces): drift anywhere, and the BTP operator's
+/// updates of the binding, are acted on within seconds rather than at the resync. Each watch runs in a
+/// task of its own and feeds one channel the controller reconciles on; where a kind's CRD is missing,
+/// its watch retries with backoff until it appears.
+fn watch_managed(
+    controller: Controller<ConnectivityProxy>,
+    client: &Client,
+    managed: &watcher::Config,
+) -> Controller<ConnectivityProxy> {
+    use cp_controller::desired::Kind;
+    fn owner(o: &kube::api::DynamicObject) -> Option<ObjectRef<ConnectivityProxy>> {
+        let labels = kube::ResourceExt::labels(o);
+        let name = labels.get(names::LABEL_OWNER_NAME)?;
+        let ns = labels.get(names::LABEL_OWNER_NAMESPACE)?;
+        Some(ObjectRef::new(name).within(ns))
+    }
+    let (tx, rx) = futures::channel::mpsc::channel::<ObjectRef<ConnectivityProxy>>(256);
+    for kind in Kind::ALL {
+        // StatefulSet, Service and ConfigMap are `owns`-watched (owner references, same namespace).
+        if matches!(kind, Kind::StatefulSet | Kind::Service | Kind::ConfigMap) {
+            continue;
+        }
+        let ar = kind.api_resource();
+        let scopes: &[Option<&str>] = if kind.namespaced() {
+            &[Some(names::KYMA_SYSTEM), Some(names::ISTIO_NAMESPACE)]
+        } else {
+            &[None]
+        };
+        for ns in scopes {
+            let api = match ns {
+                Some(ns) => {
+                    Api::<kube::api::DynamicObject>::namespaced_with(client.clone(), ns, &ar)
+                }
+                None => Api::<kube::api::DynamicObject>::all_with(client.clone(), &ar),
+            };
+            let (mut tx, cfg, plural) = (tx.clone(), managed.clone(), ar.plural.clone());
+            tokio::spawn(async move {
+                use futures::SinkExt;
+                let mut events =
+                    std::pin::pin!(watcher(api, cfg).default_backoff().touched_objects());
+                while let Some(event) = events.next().await {
+                    match event {
+                        Ok(o) => {
+                            if let Some(cr) = owner(&o)
+                                && tx.send(cr).await.is_err()
+                            {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::debug!(kind = %plural, error = %e, "watch of a managed kind")
+                        }
+                    }
+                }
+            });
+        }
+    }
+    controller.reconcile_on(rx)
 }
 
 fn reflected<K>(
