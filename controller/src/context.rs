@@ -79,6 +79,14 @@ impl Ctx {
             .collect()
     }
 
+    /// Managed kinds whose API exists in the cluster.
+    pub fn available_kinds(&self) -> Vec<crate::desired::Kind> {
+        crate::desired::Kind::ALL
+            .into_iter()
+            .filter(|k| k.crd().is_none_or(|crd| self.has_crd(crd)))
+            .collect()
+    }
+
     /// Whether a CRD is installed and established.
     pub fn has_crd(&self, name: &str) -> bool {
         self.missing_crds(&[name]).is_empty()

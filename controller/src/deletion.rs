@@ -9,7 +9,6 @@ use serde_json::json;
 
 use crate::Error;
 use crate::context::Ctx;
-use crate::reconcile::available_kinds;
 use crate::status::{self, Computed, Cond, types};
 
 /// How many mapping names a status message lists.
@@ -60,9 +59,9 @@ pub async fn reconcile_deletion(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Act
     for (kind, obj) in ctx
         .applier
         .owned(
-            &available_kinds(ctx),
+            &ctx.available_kinds(),
             (&ns, &name),
-            &crate::reconcile::object_namespaces(cr),
+            &crate::desired::object_namespaces(cr),
         )
         .await?
     {

@@ -508,46 +508,21 @@ async fn apply_all(
         }
         keep.insert((d.kind, d.namespace.clone(), d.name.clone()));
     }
-    let kinds = available_kinds(ctx);
+    let kinds = ctx.available_kinds();
     let ns = cr.namespace().unwrap_or_default();
     let pruned = ctx
         .applier
-        .prune(&kinds, (&ns, &cr.name_any()), &object_namespaces(cr), &keep)
+        .prune(
+            &kinds,
+            (&ns, &cr.name_any()),
+            &desired::object_namespaces(cr),
+            &keep,
+        )
         .await?;
     if pruned > 0 {
         tracing::info!(pruned, "removed managed objects that are no longer desired");
     }
     Ok(())
-}
-
-/// The namespaces where the CR's objects may live: its own, the default Istio namespace and the one
-/// its spec names (the controller's RoleBindings cover kyma-system and istio-system).
-pub fn object_namespaces(cr: &ConnectivityProxy) -> Vec<String> {
-    let mut out = vec![
-        cr.namespace().unwrap_or_default(),
-        names::ISTIO_NAMESPACE.to_string(),
-    ];
-    if let Some(ns) = cr
-        .spec
-        .ingress
-        .as_ref()
-        .and_then(|i| i.istio.as_ref())
-        .and_then(|i| i.namespace.clone())
-        .filter(|n| !n.is_empty())
-    {
-        out.push(ns);
-    }
-    out.sort();
-    out.dedup();
-    out
-}
-
-/// Managed kinds whose API exists in the cluster.
-pub fn available_kinds(ctx: &Ctx) -> Vec<Kind> {
-    Kind::ALL
-        .into_iter()
-        .filter(|k| k.crd().is_none_or(|crd| ctx.has_crd(crd)))
-        .collect()
 }
 
 async fn ensure_finalizer(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<(), Error> {
@@ -592,7 +567,7 @@ async fn secrets_hash(
         material.push_str(&k);
         material.push_str(&String::from_utf8_lossy(&v.0));
     }
-    Ok(Some(crate::apply::hash_str(&material)))
+    Ok(Some(crate::desired::hash_str(&material)))
 }
 
 /// The `<tls>-cacert` Secret with the Connectivity service CA. The CA is fetched only when the

@@ -49,7 +49,7 @@ pub fn defaults_id(defaults: &Value) -> String {
     format!(
         "{}-{}",
         defaults::RELEASE,
-        crate::apply::hash_str(&defaults.to_string())
+        crate::desired::hash_str(&defaults.to_string())
     )
 }
 

@@ -19,6 +19,38 @@ use serde_json::{Value, json};
 pub use config::{render_config, service_mappings_json};
 pub use resolve::{ClusterFacts, ConfigProblem, Resolved, resolve};
 
+/// FNV-1a, 64 bit, hex: a stable hash across processes and releases (unlike `DefaultHasher`).
+pub fn hash_str(s: &str) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    format!("{h:016x}")
+}
+
+/// The namespaces where the CR's objects may live: its own, the default Istio namespace and the one
+/// its spec names (the controller's RoleBindings cover kyma-system and istio-system).
+pub fn object_namespaces(cr: &ConnectivityProxy) -> Vec<String> {
+    let mut out = vec![
+        cr.namespace().unwrap_or_default(),
+        names::ISTIO_NAMESPACE.to_string(),
+    ];
+    if let Some(ns) = cr
+        .spec
+        .ingress
+        .as_ref()
+        .and_then(|i| i.istio.as_ref())
+        .and_then(|i| i.namespace.clone())
+        .filter(|n| !n.is_empty())
+    {
+        out.push(ns);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Every kind the controller manages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {

@@ -244,3 +244,10 @@ fn gateway_port_and_mapping_endpoints_agree_for_any_external_port() {
         );
     }
 }
+
+#[test]
+fn hash_is_stable() {
+    assert_eq!(hash_str("abc"), hash_str("abc"));
+    assert_ne!(hash_str("abc"), hash_str("abd"));
+    assert_eq!(hash_str(""), "cbf29ce484222325");
+}

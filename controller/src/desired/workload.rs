@@ -128,7 +128,7 @@ pub(super) fn stateful_set(cr: &ConnectivityProxy, ns: &str, resolved: &Resolved
     let mut template_annotations = json!({});
     if d.restart_watcher.as_ref().is_none_or(|r| r.enabled) {
         template_annotations["connectivityproxy.sap.com/config-hash"] =
-            json!(crate::apply::hash_str(&super::render_config(cr, resolved)));
+            json!(super::hash_str(&super::render_config(cr, resolved)));
         if let Some(h) = &resolved.secrets_hash {
             template_annotations["connectivityproxy.sap.com/secrets-hash"] = json!(h);
         }
