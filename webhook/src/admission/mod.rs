@@ -147,11 +147,11 @@ pub fn review(
             },
             None => (resp.clone(), Decision::Allowed),
         }),
-        Endpoint::Validate => validate_cp(req, policy, &facts()).map(|()| {
+        Endpoint::Validate => validate_cp(req, policy, &facts()).map(|ignored| {
             let mut resp = resp.clone();
             let warnings: Vec<String> = outside_module_namespace(req)
                 .into_iter()
-                .chain(ignored_fields(req))
+                .chain(ignored)
                 .collect();
             if !warnings.is_empty() {
                 resp.warnings = Some(warnings);
@@ -318,24 +318,9 @@ fn outside_module_namespace(req: &Request) -> Option<String> {
     })
 }
 
-/// Warnings for accepted fields that have no effect (only when the spec is written, not on metadata-only
-/// updates).
-fn ignored_fields(req: &Request) -> Vec<String> {
-    let Some(spec) = req.object.as_ref().and_then(|o| o.data.get("spec")) else {
-        return vec![];
-    };
-    if matches!(req.operation, Operation::Update)
-        && req.old_object.as_ref().and_then(|o| o.data.get("spec")) == Some(spec)
-    {
-        return vec![];
-    }
-    ConnectivityProxySpec::deserialize(spec)
-        .map(|s| cp_api::validation::ignored_fields(&s))
-        .unwrap_or_default()
-}
-
-/// Validates a ConnectivityProxy: protected fields, then every cross-field rule.
-pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<(), Denial> {
+/// Validates a ConnectivityProxy: protected fields, then every cross-field rule. Returns the warnings
+/// for accepted fields that have no effect (only when the spec is written, not on metadata-only updates).
+pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<Vec<String>, Denial> {
     let new_json = spec_json(req.object.as_ref(), "object")?;
     if metadata_only_or_deleting(req, new_json)? {
         // Finalizers, labels and annotations of a CR stored under older rules, or a CR on its way out:
@@ -345,7 +330,8 @@ pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<(), 
             policy,
             req.old_object.as_ref().and_then(|o| o.data.get("spec")),
             new_json,
-        );
+        )
+        .map(|()| vec![]);
     }
     let new: ConnectivityProxySpec = typed_spec(new_json, "object")?;
     let (old, old_json) = match req.operation {
@@ -369,7 +355,7 @@ pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<(), 
     };
     let errors: Vec<FieldError> = new.validate(old.as_ref(), &cluster);
     if errors.is_empty() {
-        Ok(())
+        Ok(cp_api::validation::ignored_fields(&new))
     } else {
         Err(invalid(format!(
             "ConnectivityProxy {} is invalid: {}",

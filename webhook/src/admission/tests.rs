@@ -459,3 +459,24 @@ fn a_cr_created_outside_kyma_system_is_admitted_with_a_warning() {
         "{warnings:?}"
     );
 }
+
+#[test]
+fn fields_without_effect_are_named_in_warnings_only_when_the_spec_is_written() {
+    let mut cr = defaulted_cr();
+    cr["spec"]["ingress"]["annotations"] = json!({"nginx.ingress.kubernetes.io/x": "y"});
+    let body = review_body("ConnectivityProxy", "CREATE", "alice", cr.clone(), None);
+    let (resp, decision) = run(Endpoint::Validate, &body, Facts::default());
+    assert_eq!(decision, Decision::Allowed);
+    let warnings = resp.warnings.unwrap_or_default();
+    assert!(
+        warnings.len() == 1 && warnings[0].starts_with("spec.ingress.annotations"),
+        "{warnings:?}"
+    );
+    // A label change of that stored CR repeats nothing.
+    let mut labelled = cr.clone();
+    labelled["metadata"]["labels"] = json!({"team": "a"});
+    let body = review_body("ConnectivityProxy", "UPDATE", "alice", labelled, Some(cr));
+    let (resp, decision) = run(Endpoint::Validate, &body, Facts::default());
+    assert_eq!(decision, Decision::Allowed);
+    assert!(resp.warnings.is_none(), "{:?}", resp.warnings);
+}
