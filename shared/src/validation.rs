@@ -72,6 +72,17 @@ impl ConnectivityProxySpec {
             .unwrap_or(false)
     }
 
+    /// The Istio namespace (`spec.ingress.istio.namespace`, default `istio-system`): the tunnel's TLS
+    /// Secrets and certificate live there.
+    pub fn istio_namespace(&self) -> &str {
+        self.ingress
+            .as_ref()
+            .and_then(|i| i.istio.as_ref())
+            .and_then(|i| i.namespace.as_deref())
+            .filter(|n| !n.is_empty())
+            .unwrap_or(crate::names::ISTIO_NAMESPACE)
+    }
+
     /// Effective ingress class (`istio` by default).
     pub fn ingress_class(&self) -> &str {
         self.ingress

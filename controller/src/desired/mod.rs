@@ -35,17 +35,8 @@ pub fn object_namespaces(cr: &ConnectivityProxy) -> Vec<String> {
     let mut out = vec![
         cr.namespace().unwrap_or_default(),
         names::ISTIO_NAMESPACE.to_string(),
+        cr.spec.istio_namespace().to_string(),
     ];
-    if let Some(ns) = cr
-        .spec
-        .ingress
-        .as_ref()
-        .and_then(|i| i.istio.as_ref())
-        .and_then(|i| i.namespace.clone())
-        .filter(|n| !n.is_empty())
-    {
-        out.push(ns);
-    }
     out.sort();
     out.dedup();
     out

@@ -134,12 +134,7 @@ pub fn resolve(cr: &ConnectivityProxy, facts: &ClusterFacts) -> Result<Resolved,
     } else {
         tls_name.unwrap_or_default()
     };
-    let istio_namespace = spec
-        .ingress
-        .as_ref()
-        .and_then(|i| i.istio.as_ref())
-        .and_then(|i| i.namespace.clone())
-        .unwrap_or_else(|| names::ISTIO_NAMESPACE.into());
+    let istio_namespace = spec.istio_namespace().to_string();
     let (key_name, _) = spec.connectivity_secret();
     let service_key_auto = names::is_auto_provision(Some(&key_name));
     let service_key_secret = if service_key_auto {
