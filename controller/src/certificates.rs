@@ -257,23 +257,15 @@ fn observe(metrics: &Metrics, name: &str, pem: &str) {
     }
 }
 
-/// Records the expiry of a tunnel certificate Gardener or cert-manager wrote into `ns/secret`, so that
-/// `cp_certificate_expiry_timestamp_seconds{certificate="tunnel"}` covers every provider (the fleet
-/// view counts certificates about to expire). Best effort: a failed read is only logged.
-async fn observe_issued(client: &Client, ns: &str, secret: &str, metrics: &Metrics) {
-    match Api::<Secret>::namespaced(client.clone(), ns)
-        .get_opt(secret)
-        .await
+/// Records the expiry of a tunnel certificate Gardener or cert-manager wrote into the TLS Secret, so
+/// that `cp_certificate_expiry_timestamp_seconds{certificate="tunnel"}` covers every provider (the fleet
+/// view counts certificates about to expire).
+fn observe_issued(live: Option<&Secret>, metrics: &Metrics) {
+    if let Some(pem) = live
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| text(d, "tls.crt"))
     {
-        Ok(Some(s)) => {
-            if let Some(pem) = s.data.as_ref().and_then(|d| text(d, "tls.crt")) {
-                observe(metrics, "tunnel", &pem);
-            }
-        }
-        Ok(None) => {}
-        Err(e) => {
-            tracing::debug!(error = %e, %ns, %secret, "reading the tunnel certificate's expiry")
-        }
+        observe(metrics, "tunnel", &pem);
     }
 }
 
@@ -442,6 +434,7 @@ pub async fn tunnel_objects(
     provider: Provider,
     settings: &TunnelCertSettings,
     metrics: &Metrics,
+    live_tls: Option<&Secret>,
 ) -> Result<(Vec<crate::desired::Desired>, Option<OffsetDateTime>), Error> {
     use crate::desired::{Kind, object};
     if !resolved.tls_auto {
@@ -452,7 +445,7 @@ pub async fn tunnel_objects(
     let ns = resolved.istio_namespace.as_str();
     let secret = resolved.tls_secret.as_str();
     if provider != Provider::BuiltIn {
-        observe_issued(client, ns, secret, metrics).await;
+        observe_issued(live_tls, metrics);
     }
     match provider {
         Provider::Gardener => Ok((
@@ -485,12 +478,7 @@ pub async fn tunnel_objects(
                 .get_opt(names::TUNNEL_CA_SECRET)
                 .await
                 .map_err(|e| Error::kube("reading the tunnel CA Secret", e))?;
-            let leaf_secret = Api::<Secret>::namespaced(client.clone(), ns)
-                .get_opt(secret)
-                .await
-                .map_err(|e| {
-                    Error::kube(format!("reading the tunnel TLS Secret {ns}/{secret}"), e)
-                })?;
+            let leaf_secret = live_tls.cloned();
             let spec = Spec {
                 ca_common_name: format!("connectivity-proxy-tunnel-ca-{cr_ns}"),
                 common_name: host.clone(),

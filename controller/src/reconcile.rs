@@ -281,7 +281,16 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         format!("tunnel host {}", resolved.external_host),
     );
 
-    resolved.secrets_hash = secrets_hash(ctx, &resolved, key.key.as_ref()).await?;
+    // The tunnel's TLS Secret, read once: its data goes into the pod template's hash, and the
+    // certificate step decides renewal (built-in CA) or records the expiry (Gardener, cert-manager) from it.
+    let tls_live = {
+        let ns = &resolved.istio_namespace;
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(ctx.client.clone(), ns)
+            .get_opt(&resolved.tls_secret)
+            .await
+            .map_err(|e| Error::kube(format!("reading Secret {ns}/{}", resolved.tls_secret), e))?
+    };
+    resolved.secrets_hash = secrets_hash(tls_live.as_ref(), key.key.as_ref());
 
     // Apply.
     let mappings = ctx.mappings.state();
@@ -298,6 +307,7 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         provider,
         &ctx.settings.tunnel,
         &ctx.metrics,
+        tls_live.as_ref(),
     )
     .await
     {
@@ -551,23 +561,17 @@ type Keep = Vec<(Kind, Option<String>, String)>;
 
 /// Hash of the service key and the tunnel TLS Secret's data (once they exist), for the pod template:
 /// a rotated key or certificate restarts the proxy.
-async fn secrets_hash(
-    ctx: &Ctx,
-    resolved: &desired::Resolved,
+fn secrets_hash(
+    tls: Option<&k8s_openapi::api::core::v1::Secret>,
     key: Option<&crate::btp::ServiceKey>,
-) -> Result<Option<String>, Error> {
-    let Some(key) = key else { return Ok(None) };
-    let ns = &resolved.istio_namespace;
-    let tls = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(ctx.client.clone(), ns)
-        .get_opt(&resolved.tls_secret)
-        .await
-        .map_err(|e| Error::kube(format!("reading Secret {ns}/{}", resolved.tls_secret), e))?;
+) -> Option<String> {
+    let key = key?;
     let mut material = String::from_utf8_lossy(&key.content).to_string();
-    for (k, v) in tls.and_then(|s| s.data).unwrap_or_default() {
-        material.push_str(&k);
+    for (k, v) in tls.and_then(|s| s.data.as_ref()).into_iter().flatten() {
+        material.push_str(k);
         material.push_str(&String::from_utf8_lossy(&v.0));
     }
-    Ok(Some(crate::desired::hash_str(&material)))
+    Some(crate::desired::hash_str(&material))
 }
 
 /// The `<tls>-cacert` Secret with the Connectivity service CA. The CA is fetched only when the
