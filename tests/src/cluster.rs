@@ -399,22 +399,23 @@ impl ControlPlane {
         timeout: Duration,
     ) -> anyhow::Result<std::process::ExitStatus> {
         let mut child = self.take_process(name)?;
+        let pid = child.id().to_string();
         Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
+            .args(["-TERM", &pid])
             .status()
             .context("kill -TERM")?;
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status);
+        // Wait for the exit itself (a thread blocked in wait), not by polling.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        match rx.recv_timeout(timeout) {
+            Ok(status) => Ok(status?),
+            Err(_) => {
+                let _ = Command::new("kill").args(["-KILL", &pid]).status();
+                let _ = rx.recv();
+                anyhow::bail!("{name} did not exit within {timeout:?} of SIGTERM")
             }
-            if std::time::Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                anyhow::bail!("{name} did not exit within {timeout:?} of SIGTERM");
-            }
-            // Polling a child's exit status: there is no condition to wait on without a reaper thread.
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 

@@ -428,6 +428,21 @@ async fn changes_propagate_and_drift_is_repaired() {
     .expect("restarted");
 }
 
+/// The controller's writes since `offset` besides its Lease, Events and the status of CR `status_of`.
+fn controller_writes_since(
+    env: &Env,
+    offset: u64,
+    status_of: &str,
+) -> Vec<cp_tests::cluster::AuditWrite> {
+    env.cp
+        .audit_writes_since(offset)
+        .expect("audit")
+        .into_iter()
+        .filter(|w| w.user == CONTROLLER_USER && w.resource != "leases" && w.resource != "events")
+        .filter(|w| !(w.resource == "connectivityproxies/status" && w.name == status_of))
+        .collect()
+}
+
 #[tokio::test]
 async fn a_second_cr_gets_a_warning_and_changes_nothing() {
     let env = scenario().await;
@@ -462,12 +477,7 @@ async fn a_second_cr_gets_a_warning_and_changes_nothing() {
         Duration::from_secs(5),
     )
     .await;
-    let writes = env.cp.audit_writes_since(offset).expect("audit");
-    let touched: Vec<_> = writes
-        .iter()
-        .filter(|w| w.user == CONTROLLER_USER && w.resource != "leases" && w.resource != "events")
-        .filter(|w| !(w.resource == "connectivityproxies/status" && w.name == "another"))
-        .collect();
+    let touched = controller_writes_since(&env, offset, "another");
     assert!(
         touched.is_empty(),
         "the second CR made the controller write: {touched:?}"
@@ -495,12 +505,7 @@ async fn a_cr_outside_kyma_system_installs_nothing_and_the_token_cannot_write_th
         description.contains("only from a ConnectivityProxy in kyma-system"),
         "{description}"
     );
-    let writes = env.cp.audit_writes_since(offset).expect("audit");
-    let touched: Vec<_> = writes
-        .iter()
-        .filter(|w| w.user == CONTROLLER_USER && w.resource != "leases" && w.resource != "events")
-        .filter(|w| w.resource != "connectivityproxies/status")
-        .collect();
+    let touched = controller_writes_since(&env, offset, "elsewhere");
     assert!(
         touched.is_empty(),
         "a CR outside kyma-system made the controller write: {touched:?}"
