@@ -7,15 +7,20 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/cp-operator/target-$(CHECKOUT_KEY)
 export CARGO_TERM_COLOR ?= never
 BIN := $(CARGO_TARGET_DIR)/debug
 
-.PHONY: all run test lint fmt k8s-bins build manifests check-manifests check-leaks clean-local soak fuzz bench go-peer \
+.PHONY: all run run-cluster test lint fmt k8s-bins node-bins build manifests check-manifests check-leaks clean-local soak fuzz bench go-peer \
 	preflight images check-reference print-target-dir deny audit release sbom
 
 all: build
 
-## Kubernetes binaries (kube-apiserver, kube-controller-manager, etcd, kubectl), built once into a
-## version-keyed cache under ~/.cache/cp-operator.
+## Kubernetes binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet,
+## kube-proxy), built once into a version-keyed cache under ~/.cache/cp-operator.
 k8s-bins: preflight
 	@bash hack/k8s-bins.sh >/dev/null
+
+## The node's container runtime: containerd 2 + shim + ctr from the Go module (version-keyed cache); runc,
+## CNI plugins, iptables, busybox-static from Debian when missing (root).
+node-bins: preflight
+	@bash hack/node-bins.sh >/dev/null
 
 ## Go, Rust and make present and recent enough; says how long a first build takes.
 preflight:
@@ -47,7 +52,7 @@ audit:
 	@bash hack/cargo-deny.sh advisories
 
 ## fmt + clippy + cargo-deny + unit tests + integration tests on a real local control plane.
-test: k8s-bins lint deny build images
+test: k8s-bins node-bins lint deny build images
 	@bash hack/preflight.sh test >/dev/null
 	cargo test --workspace --no-fail-fast
 	@$(MAKE) --no-print-directory check-leaks
@@ -55,9 +60,10 @@ test: k8s-bins lint deny build images
 ## Fails if a control-plane process outlived the tests (the watchdog stops them within seconds).
 check-leaks:
 	@for i in $$(seq 1 50); do \
-	  left=$$(ps -eo pid=,args= | grep -E 'cp-operator/k8s-[^ ]*/bin/(kube-apiserver|kube-controller-manager|etcd) ' | grep -v grep || true); \
-	  [ -z "$$left" ] && exit 0; sleep 0.2; \
-	done; echo "control-plane processes left running:"; echo "$$left"; exit 1
+	  left=$$(ps -eo pid=,args= | grep -E 'cp-operator/(k8s|containerd)-[^ ]*/bin/(kube-apiserver|kube-controller-manager|kube-scheduler|etcd|kubelet|kube-proxy|containerd|containerd-shim-runc-v2) ' | grep -v grep || true); \
+	  netns=$$(ip netns list 2>/dev/null | grep -o '^cp-node-[0-9]*' || true); \
+	  [ -z "$$left$$netns" ] && exit 0; sleep 0.2; \
+	done; echo "control-plane or node processes (or network namespaces) left:"; echo "$$left"; echo "$$netns"; exit 1
 	@if command -v podman >/dev/null; then \
 	  left=$$(podman --runtime=runc ps -q --filter label=cp-operator.test=1); \
 	  if [ -n "$$left" ]; then echo "test containers left running: $$left"; exit 1; fi; \
@@ -92,8 +98,15 @@ run: k8s-bins build
 
 ## OCI images cp-webhook and cp-controller from the repository's Containerfiles, built offline with buildah
 ## (installed from Debian when missing): static release binaries on an empty base, non-root, no shell.
+## Also the test node's images, never shipped: the stand-in proxy, busybox (the utility image), pause.
 images:
 	@bash hack/images.sh
+
+## The control plane plus a real node (containerd, kubelet, kube-proxy in a network namespace of its own;
+## needs root), the module installed from the rendered bundle with kubectl as the module manager does, the
+## default CR; the pods and the (stand-in) proxy run by the kubelet. Ctrl-C stops everything.
+run-cluster: k8s-bins node-bins build images
+	CP_WORKSPACE=$(CURDIR) $(BIN)/cp-local --node
 
 ## Compares the project with the upstream files in ../shared/reference (CI runs it where they exist):
 ## CRD compatibility field by field, the stand-in CRDs, Busola schemas, the default CR, legacy fixtures.

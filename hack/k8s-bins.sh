@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager and etcd from the Go modules pinned in tests/k8s-bins/
+# Builds kube-apiserver, kube-controller-manager, etcd, kubectl, kubelet and kube-proxy from the Go modules pinned in tests/k8s-bins/
 # into a cache outside the repository, keyed by version. Prints the bin directory on stdout.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,4 +38,8 @@ build etcd go.etcd.io/etcd/server/v3 etcd
 build kube k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$kube_ldflags"
 build kube k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$kube_ldflags"
 build kube k8s.io/kubernetes/cmd/kubectl kubectl "$kube_ldflags"
+# The node of the cluster tests (hack/node-bins.sh adds its container runtime).
+build kube k8s.io/kubernetes/cmd/kubelet kubelet "$kube_ldflags"
+build kube k8s.io/kubernetes/cmd/kube-proxy kube-proxy "$kube_ldflags"
+build kube k8s.io/kubernetes/cmd/kube-scheduler kube-scheduler "$kube_ldflags"
 echo "$cache/bin"

@@ -17,6 +17,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -99,7 +100,12 @@ pub fn leaf_secret_content(plan: &Plan) -> Value {
 }
 
 /// A full Secret from its content, name, namespace and labels.
-fn secret_body(namespace: &str, name: &str, mut content: Value) -> Value {
+fn secret_body(
+    namespace: &str,
+    name: &str,
+    owner: Option<&OwnerReference>,
+    mut content: Value,
+) -> Value {
     content["apiVersion"] = json!("v1");
     content["kind"] = json!("Secret");
     if content.get("metadata").is_none() {
@@ -108,6 +114,9 @@ fn secret_body(namespace: &str, name: &str, mut content: Value) -> Value {
     content["metadata"]["name"] = json!(name);
     content["metadata"]["namespace"] = json!(namespace);
     content["metadata"]["labels"] = json!(names::managed_labels());
+    if let Some(o) = owner {
+        content["metadata"]["ownerReferences"] = json!([o]);
+    }
     content
 }
 
@@ -128,6 +137,8 @@ pub struct WebhookCertSettings {
     pub propagation: time::Duration,
     /// Key algorithm of new certificates.
     pub algorithm: cp_certs::KeyAlgorithm,
+    /// Owner of the Secrets (the module's CRD: uninstalling the module removes them).
+    pub owner: Option<OwnerReference>,
 }
 
 impl WebhookCertSettings {
@@ -299,6 +310,7 @@ pub async fn reconcile_webhook_certs(
         secret_body(
             &s.namespace,
             names::WEBHOOK_CA_SECRET,
+            s.owner.as_ref(),
             ca_secret_content(&plan),
         ),
     )
@@ -309,6 +321,7 @@ pub async fn reconcile_webhook_certs(
         secret_body(
             &s.namespace,
             names::WEBHOOK_CERT_SECRET,
+            s.owner.as_ref(),
             leaf_secret_content(&plan),
         ),
     )

@@ -20,6 +20,8 @@ pub struct LeaseConfig {
     pub identity: String,
     /// How long a lease is valid without renewal; others take over after it.
     pub duration: Duration,
+    /// Owner of the Lease (the module's CRD: uninstalling the module removes it).
+    pub owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
 }
 
 impl LeaseConfig {
@@ -63,6 +65,7 @@ async fn try_acquire(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<Attempt, kub
                 metadata: ObjectMeta {
                     name: Some(cfg.name.clone()),
                     namespace: Some(cfg.namespace.clone()),
+                    owner_references: cfg.owner.clone().map(|o| vec![o]),
                     ..Default::default()
                 },
                 spec: Some(LeaseSpec {
@@ -104,6 +107,9 @@ async fn try_acquire(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<Attempt, kub
                 lease_transitions: Some(transitions),
                 ..spec
             });
+            if lease.metadata.owner_references.is_none() {
+                lease.metadata.owner_references = cfg.owner.clone().map(|o| vec![o]);
+            }
             // `replace` carries the resourceVersion read above: a concurrent writer makes it fail.
             api.replace(&cfg.name, &PostParams::default(), &lease)
                 .await?;
@@ -193,6 +199,7 @@ mod tests {
             name: "l".into(),
             identity: "a".into(),
             duration: Duration::from_secs(15),
+            owner: None,
         };
         assert_eq!(cfg.renew_every(), Duration::from_secs(5));
         assert_eq!(cfg.attempt_timeout(), Duration::from_secs(5));

@@ -13,6 +13,7 @@ pub mod leader;
 pub mod mappings;
 pub mod metrics;
 pub mod migration;
+pub mod module_owner;
 pub mod reconcile;
 pub mod status;
 pub mod upgrade;

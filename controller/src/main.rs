@@ -93,7 +93,8 @@ struct Args {
     #[arg(long, env = "CP_CERT_PROPAGATION_SECONDS", default_value_t = 60)]
     cert_propagation_seconds: i64,
     /// Extra trusted roots (PEM file) for the Connectivity service's CA endpoint, besides the system's
-    /// (a private landscape; the tests' own endpoint). The endpoint is HTTPS-only either way.
+    /// (a private landscape; the tests' own endpoint). The endpoint is HTTPS-only either way. A path that
+    /// does not exist means none (the bundle mounts an optional Secret); read at start.
     #[arg(long, env = "CP_CONNECTIVITY_CA_TRUST")]
     connectivity_ca_trust: Option<std::path::PathBuf>,
     /// Lifetime of the operator's own business-tunnel CA (seconds).
@@ -239,11 +240,13 @@ async fn run() -> anyhow::Result<()> {
             std::process::id()
         )
     });
+    let module_owner = cp_controller::module_owner::module_owner(&client).await;
     let lease = LeaseConfig {
         namespace: args.lease_namespace.clone(),
         name: args.lease_name.clone(),
         identity: identity.clone(),
         duration: Duration::from_secs(args.lease_seconds.max(3)),
+        owner: module_owner.clone(),
     };
     if args.leader_elect {
         tracing::info!(%identity, "waiting for the leader lease");
@@ -287,6 +290,11 @@ async fn run() -> anyhow::Result<()> {
         settings: Settings {
             deployment_defaults: cp_controller::upgrade::release_defaults(overrides.as_ref()),
             ca_endpoint_roots: match &args.connectivity_ca_trust {
+                // The bundle points at an optional Secret's file: absent, no extra roots.
+                Some(p) if !p.exists() => {
+                    tracing::info!(path = %p.display(), "no extra roots for the Connectivity CA endpoint (file absent)");
+                    vec![]
+                }
                 Some(p) => cp_controller::connectivity_ca::load_roots(p)
                     .map_err(anyhow::Error::msg)
                     .context("--connectivity-ca-trust")?,
@@ -345,6 +353,7 @@ async fn run() -> anyhow::Result<()> {
                 cert_lifetime: time::Duration::seconds(args.webhook_cert_lifetime_seconds),
                 propagation: time::Duration::seconds(args.cert_propagation_seconds),
                 algorithm: args.key_algorithm,
+                owner: module_owner.clone(),
             },
             metrics.clone(),
         ));

@@ -86,6 +86,11 @@ pub struct ControlPlane {
     /// Program and arguments of etcd, kube-apiserver and kube-controller-manager, to start them again.
     components: Mutex<Vec<(String, PathBuf, Vec<String>)>>,
     keep_dir: bool,
+    /// The network namespace every component runs in (the cluster with a real node), if any.
+    netns: Option<Arc<crate::netns::Netns>>,
+    /// The API server's address as seen from inside the network namespace (the same as `server`
+    /// without one).
+    pub internal_server: String,
 }
 
 /// Options of [`ControlPlane::start`].
@@ -97,6 +102,14 @@ pub struct Options {
     pub keep_dir: bool,
     /// Audit reads as well as writes (see [`ControlPlane::audit_requests_since`]).
     pub audit_reads: bool,
+    /// Run every component inside this network namespace, the API server advertising
+    /// [`crate::netns::NODE_IP`] and routing to webhooks through Service endpoints, with a scheduler and
+    /// the controller manager's usual controllers, for a real node to join (see [`crate::node`]). The host
+    /// reaches the API server through a loopback forwarder (`server`).
+    pub netns: Option<Arc<crate::netns::Netns>>,
+    /// A shell snippet the watchdog runs after it has stopped the processes (e.g. removing the node's
+    /// cgroups).
+    pub cleanup: Option<String>,
 }
 
 /// A free loopback TCP port.
@@ -181,7 +194,11 @@ impl ControlPlane {
                 "kubernetes.default",
                 "kubernetes.default.svc",
             ],
-            &[LOCALHOST, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))],
+            &[
+                LOCALHOST,
+                IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                IpAddr::V4(Ipv4Addr::new(10, 200, 0, 1)),
+            ],
             now,
             year,
         ))?;
@@ -208,7 +225,12 @@ impl ControlPlane {
             },
         )?;
 
-        let group_leader = start_watchdog(&dir, (!opts.keep_dir).then_some(dir.as_path()))?;
+        let mut cleanup = opts.cleanup.clone().unwrap_or_default();
+        if let Some(ns) = &opts.netns {
+            cleanup.push_str(&format!("\nip netns delete {} 2>/dev/null", ns.name));
+        }
+        let group_leader =
+            start_watchdog(&dir, (!opts.keep_dir).then_some(dir.as_path()), &cleanup)?;
         let mut cp = ControlPlane {
             server: String::new(),
             ca_pem: serving_ca.cert_pem.clone(),
@@ -219,7 +241,10 @@ impl ControlPlane {
             children: Mutex::new(Vec::new()),
             components: Mutex::new(Vec::new()),
             keep_dir: opts.keep_dir,
+            netns: opts.netns.clone(),
+            internal_server: String::new(),
         };
+        let node_ip = crate::netns::NODE_IP;
 
         let etcd_port = free_port()?;
         let peer_port = free_port()?;
@@ -242,57 +267,112 @@ impl ControlPlane {
         )?;
 
         let api_port = free_port()?;
-        cp.server = format!("https://127.0.0.1:{api_port}");
+        cp.internal_server = format!("https://127.0.0.1:{api_port}");
+        cp.server = match &opts.netns {
+            Some(ns) => format!(
+                "https://127.0.0.1:{}",
+                ns.forward((LOCALHOST, api_port).into())?
+            ),
+            None => cp.internal_server.clone(),
+        };
         let d = |f: &str| dir.join(f).display().to_string();
-        cp.spawn_component(
-            "kube-apiserver",
-            bins.join("kube-apiserver"),
-            vec![
-                format!("--etcd-servers={etcd_url}"),
+        let mut api_args = vec![
+            format!("--etcd-servers={etcd_url}"),
+            format!("--secure-port={api_port}"),
+            format!("--cert-dir={}", d("apiserver-certs")),
+            format!("--tls-cert-file={}", d("apiserver.crt")),
+            format!("--tls-private-key-file={}", d("apiserver.key")),
+            format!("--client-ca-file={}", d("client-ca.crt")),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            format!("--service-account-key-file={}", d("sa.pub")),
+            format!("--service-account-signing-key-file={}", d("sa.key")),
+            "--allow-privileged=true".into(),
+            "--enable-priority-and-fairness=false".into(),
+            format!("--audit-policy-file={}", d("audit-policy.yaml")),
+            format!("--audit-log-path={}", d("audit.log")),
+            "--audit-log-format=json".into(),
+            "--v=1".into(),
+        ];
+        if opts.netns.is_some() {
+            // Pods reach this address through the `kubernetes` Service; the API server calls webhooks
+            // at their Service's endpoints (pod IPs), as it does in a cluster without a proxy on the
+            // control-plane hosts.
+            api_args.extend([
+                "--bind-address=0.0.0.0".into(),
+                format!("--advertise-address={node_ip}"),
+                "--enable-aggregator-routing=true".into(),
+                "--authorization-mode=Node,RBAC".into(),
+                "--kubelet-preferred-address-types=InternalIP".into(),
+            ]);
+        } else {
+            api_args.extend([
                 "--bind-address=127.0.0.1".into(),
                 "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={api_port}"),
-                format!("--cert-dir={}", d("apiserver-certs")),
-                format!("--tls-cert-file={}", d("apiserver.crt")),
-                format!("--tls-private-key-file={}", d("apiserver.key")),
-                format!("--client-ca-file={}", d("client-ca.crt")),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--service-account-issuer=https://kubernetes.default.svc".into(),
-                format!("--service-account-key-file={}", d("sa.pub")),
-                format!("--service-account-signing-key-file={}", d("sa.key")),
                 "--authorization-mode=RBAC".into(),
-                "--allow-privileged=true".into(),
-                "--enable-priority-and-fairness=false".into(),
                 "--endpoint-reconciler-type=none".into(),
-                format!("--audit-policy-file={}", d("audit-policy.yaml")),
-                format!("--audit-log-path={}", d("audit.log")),
-                "--audit-log-format=json".into(),
-                "--v=1".into(),
-            ],
-        )?;
+            ]);
+        }
+        cp.spawn_component("kube-apiserver", bins.join("kube-apiserver"), api_args)?;
 
         let admin = cp.kubeconfig_yaml(&Identity::Admin, None)?;
         write(&dir, "admin.kubeconfig", &admin)?;
+        let internal_admin = cp.kubeconfig_yaml_for(&cp.internal_server, &Identity::Admin, None)?;
+        write(&dir, "admin-internal.kubeconfig", &internal_admin)?;
         cp.wait_ready(Duration::from_secs(90))?;
 
         let kcm_port = free_port()?;
+        let controllers = if opts.netns.is_some() {
+            // Every default controller, as in a cluster (Deployments, StatefulSets, endpoints, PDBs, ...).
+            "*"
+        } else {
+            "garbage-collector-controller,namespace-controller,serviceaccount-controller"
+        };
         cp.spawn_component(
             "kube-controller-manager",
             bins.join("kube-controller-manager"),
             vec![
-                format!("--kubeconfig={}", d("admin.kubeconfig")),
-                format!("--authentication-kubeconfig={}", d("admin.kubeconfig")),
-                format!("--authorization-kubeconfig={}", d("admin.kubeconfig")),
+                format!("--kubeconfig={}", d("admin-internal.kubeconfig")),
+                format!(
+                    "--authentication-kubeconfig={}",
+                    d("admin-internal.kubeconfig")
+                ),
+                format!(
+                    "--authorization-kubeconfig={}",
+                    d("admin-internal.kubeconfig")
+                ),
                 format!("--service-account-private-key-file={}", d("sa.key")),
                 format!("--root-ca-file={}", d("serving-ca.crt")),
                 "--bind-address=127.0.0.1".into(),
                 format!("--secure-port={kcm_port}"),
                 format!("--cert-dir={}", d("kcm-certs")),
                 "--leader-elect=false".into(),
-                "--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller".into(),
+                format!("--controllers={controllers}"),
                 "--v=1".into(),
             ],
         )?;
+        if opts.netns.is_some() {
+            let port = free_port()?;
+            cp.spawn_component(
+                "kube-scheduler",
+                bins.join("kube-scheduler"),
+                vec![
+                    format!("--kubeconfig={}", d("admin-internal.kubeconfig")),
+                    format!(
+                        "--authentication-kubeconfig={}",
+                        d("admin-internal.kubeconfig")
+                    ),
+                    format!(
+                        "--authorization-kubeconfig={}",
+                        d("admin-internal.kubeconfig")
+                    ),
+                    "--bind-address=127.0.0.1".into(),
+                    format!("--secure-port={port}"),
+                    "--leader-elect=false".into(),
+                    "--v=1".into(),
+                ],
+            )?;
+        }
         Ok(cp)
     }
 
@@ -304,7 +384,7 @@ impl ControlPlane {
         program: PathBuf,
         args: Vec<String>,
     ) -> anyhow::Result<()> {
-        self.spawn(name, Command::new(&program).args(&args))?;
+        self.spawn(name, &mut self.component_command(&program, &args))?;
         self.components
             .lock()
             .map_err(|_| anyhow::anyhow!("components lock poisoned"))?
@@ -330,7 +410,7 @@ impl ControlPlane {
         };
         let started = std::time::Instant::now();
         self.kill_process(name)?;
-        self.spawn(name, Command::new(&program).args(&args))?;
+        self.spawn(name, &mut self.component_command(&program, &args))?;
         self.wait_ready_async(Duration::from_secs(90))
             .await
             .map_err(|e| {
@@ -340,6 +420,24 @@ impl ControlPlane {
                 ))
             })?;
         Ok(started.elapsed())
+    }
+
+    /// The command that runs `program` as a component: inside the network namespace when there is one.
+    fn component_command(&self, program: &Path, args: &[String]) -> Command {
+        match &self.netns {
+            Some(ns) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", &ns.name])
+                    .arg(program)
+                    .args(args);
+                cmd
+            }
+            None => {
+                let mut cmd = Command::new(program);
+                cmd.args(args);
+                cmd
+            }
+        }
     }
 
     fn spawn(&self, name: &str, cmd: &mut Command) -> anyhow::Result<()> {
@@ -490,6 +588,16 @@ impl ControlPlane {
         identity: &Identity,
         token: Option<&str>,
     ) -> anyhow::Result<String> {
+        self.kubeconfig_yaml_for(&self.server, identity, token)
+    }
+
+    /// A kubeconfig for `identity` at `server` (e.g. [`ControlPlane::internal_server`]).
+    pub fn kubeconfig_yaml_for(
+        &self,
+        server: &str,
+        identity: &Identity,
+        token: Option<&str>,
+    ) -> anyhow::Result<String> {
         let user = match identity {
             Identity::Admin => self.cert_user("admin", &["system:masters"])?,
             Identity::User { name, groups } => {
@@ -505,7 +613,7 @@ impl ControlPlane {
             "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
              users:\n- name: user\n  user:\n{user}contexts:\n- name: local\n  context:\n    cluster: local\n    user: user\n\
              current-context: local\n",
-            self.server,
+            server,
             encode(self.ca_pem.as_bytes())
         ))
     }
@@ -721,7 +829,7 @@ fn write(dir: &Path, file: &str, content: &str) -> anyhow::Result<()> {
 
 /// Starts the watchdog: a shell that leads a new process group, waits for this process to exit,
 /// then terminates the whole group (TERM, then KILL) and removes `remove_dir` if given.
-fn start_watchdog(dir: &Path, remove_dir: Option<&Path>) -> anyhow::Result<u32> {
+fn start_watchdog(dir: &Path, remove_dir: Option<&Path>, cleanup: &str) -> anyhow::Result<u32> {
     let script = r#"trap '' TERM
 while kill -0 "$1" 2>/dev/null; do sleep 0.2; done
 others() { ps -eo pid=,pgid= | awk -v g=$$ '$2 == g && $1 != g {print $1}'; }
@@ -731,6 +839,7 @@ for _ in 1 2 3 4 5 6 7 8 9 10; do
   sleep 0.2
 done
 for p in $(others); do kill -KILL "$p" 2>/dev/null; done
+eval "$3"
 [ -n "$2" ] && rm -rf -- "$2"
 exit 0"#;
     let remove = remove_dir
@@ -743,6 +852,7 @@ exit 0"#;
             "cp-watchdog",
             &std::process::id().to_string(),
             &remove,
+            cleanup,
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())

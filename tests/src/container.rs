@@ -224,11 +224,12 @@ impl Container {
                 own.display()
             ))
             .arg("--env=KUBECONFIG=/var/run/cp/kubeconfig")
+            // Where the bundle's controller Deployment mounts its optional trust Secret (and points
+            // `--connectivity-ca-trust` at).
             .arg(format!(
-                "--volume={}:/var/run/cp/ca-endpoint-root.pem:ro",
+                "--volume={}:/etc/cp-operator/ca-trust/ca.crt:ro",
                 trust.display()
             ))
-            .arg("--env=CP_CONNECTIVITY_CA_TRUST=/var/run/cp/ca-endpoint-root.pem")
             .arg(image)
             .args(&spec.args)
             .args(extra_args);

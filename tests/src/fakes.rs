@@ -143,3 +143,74 @@ pub async fn play_until_ready(
     })
     .await
 }
+
+/// Plays the SAP BTP service operator for every ServiceBinding in the cluster, for as long as it runs (the
+/// real operator acts on each binding, so must its stand-in: a CR deleted and created again gets its key
+/// again): a binding without its Secret gets one (`spec.secretName`, key `spec.secretKey`, holding
+/// `service_key(namespace, binding)`) and is marked Ready. Polls every `period`; errors are logged and
+/// retried, never fatal.
+pub async fn run_btp_operator(
+    admin: Client,
+    period: Duration,
+    service_key: impl Fn(&str, &str) -> serde_json::Value,
+) {
+    let bindings: Api<DynamicObject> = Api::all_with(admin.clone(), &binding_resource());
+    loop {
+        if let Ok(list) = bindings.list(&Default::default()).await {
+            for b in list.items {
+                if let Err(e) = act_on_binding(&admin, &b, &service_key).await {
+                    tracing::warn!("stand-in BTP operator: {e:#}");
+                }
+            }
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+async fn act_on_binding(
+    admin: &Client,
+    b: &DynamicObject,
+    service_key: &impl Fn(&str, &str) -> serde_json::Value,
+) -> anyhow::Result<()> {
+    let ns = b.metadata.namespace.clone().unwrap_or_default();
+    let name = b.metadata.name.clone().unwrap_or_default();
+    if b.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let secret_name = b.data["spec"]["secretName"]
+        .as_str()
+        .unwrap_or(&name)
+        .to_string();
+    let key_name = b.data["spec"]["secretKey"]
+        .as_str()
+        .unwrap_or("service_key")
+        .to_string();
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+    let ready = b.data["status"]["ready"] == "True";
+    if ready && secrets.get_opt(&secret_name).await?.is_some() {
+        return Ok(());
+    }
+    let key = service_key(&ns, &name);
+    // Owned by the binding, as the real operator's Secrets are: deleting the binding removes its key.
+    let owner = json!({"apiVersion": "services.cloud.sap.com/v1", "kind": "ServiceBinding", "name": name,
+        "uid": b.metadata.uid.clone().unwrap_or_default(), "controller": true});
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": secret_name, "namespace": ns, "labels": {"services.cloud.sap.com/stand-in": "true"},
+            "ownerReferences": [owner]},
+        "stringData": {key_name: key.to_string()}});
+    secrets
+        .patch(
+            &secret_name,
+            &PatchParams::apply("btp-operator").force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .with_context(|| format!("writing Secret {ns}/{secret_name}"))?;
+    let status = json!({"status": {"ready": "True", "conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned",
+        "message": "stand-in BTP operator", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &binding_resource())
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .with_context(|| format!("marking ServiceBinding {ns}/{name} Ready"))?;
+    Ok(())
+}

@@ -12,6 +12,8 @@ pub mod controller;
 pub mod fakes;
 pub mod fixtures;
 pub mod manifest;
+pub mod netns;
+pub mod node;
 pub mod wait;
 pub mod webhook;
 pub mod yaml11;
@@ -68,7 +70,7 @@ pub fn ca_endpoint_tls() -> anyhow::Result<&'static CaEndpointTls> {
     )?;
     let leaf = root.issue(&cp_certs::LeafSpec::server(
         "localhost",
-        &["localhost"],
+        &["localhost", node::CA_ENDPOINT_HOST],
         &[],
         now - time::Duration::minutes(5),
         time::Duration::days(2),
@@ -94,8 +96,15 @@ pub const CA_ENDPOINT_UAADOMAIN: &str = "authentication.localhost";
 /// every request on a free loopback port until the returned task is dropped with the test's runtime
 /// (plays the Connectivity service's CA endpoint). Returns its base URL, `https://localhost:<port>`.
 pub async fn serve_static(body: String) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+    let acceptor = ca_endpoint_acceptor()?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let url = format!("https://localhost:{}", listener.local_addr()?.port());
+    Ok((url, serve_static_on(listener, acceptor, body)))
+}
+
+/// The TLS acceptor of the stand-in CA endpoint ([`ca_endpoint_tls`]).
+pub fn ca_endpoint_acceptor() -> anyhow::Result<tokio_rustls::TlsAcceptor> {
     use std::sync::Arc;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_rustls::rustls::pki_types::pem::PemObject;
     use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let tls = ca_endpoint_tls()?;
@@ -108,10 +117,18 @@ pub async fn serve_static(body: String) -> anyhow::Result<(String, tokio::task::
     .with_safe_default_protocol_versions()?
     .with_no_client_auth()
     .with_single_cert(certs, key)?;
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-    let url = format!("https://localhost:{}", listener.local_addr()?.port());
-    let task = tokio::spawn(async move {
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Serves `body` over TLS with status 200 to every request on `listener`, until the returned task is
+/// dropped with its runtime.
+pub fn serve_static_on(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    body: String,
+) -> tokio::task::JoinHandle<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tokio::spawn(async move {
         while let Ok((s, _)) = listener.accept().await {
             let (body, acceptor) = (body.clone(), acceptor.clone());
             tokio::spawn(async move {
@@ -131,8 +148,7 @@ pub async fn serve_static(body: String) -> anyhow::Result<(String, tokio::task::
                 let _ = s.shutdown().await;
             });
         }
-    });
-    Ok((url, task))
+    })
 }
 
 /// Plays a Service with several endpoints on loopback: accepts TCP connections on a free port and hands

@@ -1,6 +1,10 @@
 //! `make run`: a local control plane with the module installed (CRDs, RBAC, the webhook registered in
 //! the API server, the controller), Istio's and the BTP operator's CRDs, and the default CR. Prints
 //! the CR's status as it changes; Ctrl-C stops every process it started.
+//!
+//! `make run-cluster` (`cp-local --node`, root): the control plane plus a real node (containerd, kubelet,
+//! kube-proxy) in a network namespace of its own, the module installed from the rendered bundle exactly
+//! as the module manager installs it, its pods and the (stand-in) proxy run by the kubelet.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -26,6 +30,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
+    let node = std::env::args().skip(1).any(|a| a == "--node");
     // `make run` passes its checkout: a cp-local built from another checkout (a shared CARGO_TARGET_DIR)
     // would read that checkout's manifests and fixtures.
     if let Some(started_in) = std::env::var_os("CP_WORKSPACE") {
@@ -40,6 +45,9 @@ async fn run() -> anyhow::Result<()> {
             started_in.display(),
             std::env::var("CARGO_TARGET_DIR").unwrap_or_default()
         );
+    }
+    if node {
+        return run_cluster().await;
     }
     let dir = std::env::var_os("CP_RUN_DIR")
         .map(PathBuf::from)
@@ -124,23 +132,48 @@ async fn run() -> anyhow::Result<()> {
         dir = dir.display(),
     );
 
+    // The stand-in BTP operator acts for every binding, as the real one does (a CR deleted and created
+    // again gets its key again); its service keys point at a CA endpoint served here.
+    let (ca_url, _ca_server) = cp_tests::serve_static(
+        cp_certs::Ca::generate(
+            "local Connectivity service CA",
+            time::OffsetDateTime::now_utc(),
+            time::OffsetDateTime::now_utc() + time::Duration::days(30),
+            cp_certs::KeyAlgorithm::default(),
+        )?
+        .cert_pem,
+    )
+    .await?;
+    let key = json!({"clientid": "cid", "clientsecret": "local-secret", "subaccount_id": "00000000-0000-4000-8000-000000000000",
+        "subaccount_subdomain": "local-subdomain", "uaadomain": cp_tests::CA_ENDPOINT_UAADOMAIN,
+        "connectivity_service": {"CAs_path": "/api/v1/CAs", "url": ca_url}});
+    let btp = tokio::spawn(cp_tests::fakes::run_btp_operator(
+        client.clone(),
+        Duration::from_secs(1),
+        move |ns, binding| {
+            println!(
+                "[make run] no SAP BTP service operator runs here: wrote the Secret of ServiceBinding {ns}/{binding} and marked it ready, as it would"
+            );
+            key.clone()
+        },
+    ));
     tokio::select! {
-        r = follow(client.clone()) => r?,
+        r = follow(client.clone(), true) => r?,
         _ = tokio::signal::ctrl_c() => {}
     }
     println!("\n>> stopping");
+    btp.abort();
     drop(client);
     tokio::task::spawn_blocking(move || drop(cp)).await?;
     println!(">> stopped; nothing is left running");
     Ok(())
 }
 
-/// Prints each state change of every CR and plays the kubelet for the StatefulSet (no kubelet runs
-/// here, so nothing else would ever mark its pods ready).
-async fn follow(client: kube::Client) -> anyhow::Result<()> {
+/// Prints each state change of every CR and, with `play_kubelet`, plays the kubelet for the StatefulSet
+/// (without a node, nothing else would ever mark its pods ready).
+async fn follow(client: kube::Client, play_kubelet: bool) -> anyhow::Result<()> {
     let api: Api<ConnectivityProxy> = Api::all(client.clone());
     let mut last = std::collections::HashMap::new();
-    let mut played_btp = std::collections::HashSet::new();
     let mut stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .applied_objects()
@@ -166,25 +199,8 @@ async fn follow(client: kube::Client) -> anyhow::Result<()> {
             last.insert(key.clone(), line);
         }
         let ns = cr.metadata.namespace.clone().unwrap_or_default();
-        let name = cr.metadata.name.clone().unwrap_or_default();
         let has = |reason: &str| status.conditions.iter().any(|c| c.reason == reason);
-        if has("ServiceKeyPending") && played_btp.insert(key.clone()) {
-            match cp_tests::fakes::play_btp_operator(
-                &client,
-                &ns,
-                &name,
-                "00000000-0000-4000-8000-000000000000",
-                "local-subdomain",
-            )
-            .await
-            {
-                Ok(()) => println!(
-                    "[make run] no SAP BTP service operator runs here: marked the ServiceBinding ready and wrote its Secret, as it would"
-                ),
-                Err(e) => println!("[make run] could not play the BTP operator: {e:#}"),
-            }
-        }
-        if has("StatefulSetNotReady") {
+        if play_kubelet && has("StatefulSetNotReady") {
             tokio::time::sleep(Duration::from_secs(2)).await; // let a person see Processing first
             if cp_tests::fakes::mark_statefulset_ready(&client, &ns)
                 .await
@@ -197,5 +213,69 @@ async fn follow(client: kube::Client) -> anyhow::Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// `make run-cluster`: control plane + node, the bundle applied with kubectl, the default CR; follows the
+/// CR's status until Ctrl-C.
+async fn run_cluster() -> anyhow::Result<()> {
+    use cp_tests::node::{Cluster, NODE_FD_LIMIT, SRE_USER};
+    if let Err(why) = cp_tests::node::supported() {
+        anyhow::bail!("make run-cluster: {why}; `make run` needs no root");
+    }
+    let dir = std::env::var_os("CP_RUN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("cp-operator-run-cluster"));
+    println!(
+        ">> starting the control plane and a node (containerd, kubelet, kube-proxy) in {}",
+        dir.display()
+    );
+    let d = dir.clone();
+    let cluster = tokio::task::spawn_blocking(move || Cluster::start_in(Some(d), true)).await??;
+    println!(
+        ">> node {} Ready; loaded the images of `make images` into its containerd",
+        cp_tests::node::NODE_NAME
+    );
+    cluster.prepare_kyma().await?;
+    println!(
+        ">> kyma-system (Pod Security: restricted), istio-system, Istio's and the BTP operator's CRDs, shoot-info"
+    );
+    cluster.install_bundle().await?;
+    println!(
+        ">> kubectl apply --server-side -f manifests/connectivity-proxy-operator.yaml: webhook (2 pods) and controller Running and Ready"
+    );
+    cluster.apply_default_cr().await?;
+    println!(">> kubectl apply --server-side -f manifests/default-cr.yaml");
+    cluster.fit_fd_limit_to_node("connectivity-proxy").await?;
+    println!(
+        ">> this node's hard open-files limit is 20000: as {SRE_USER} (privileged in connectivity-proxy-operator-config) \
+         set spec.deployment.resources.maxFileDescriptorCount to {NODE_FD_LIMIT}"
+    );
+    let kubectl = k8s_bin_dir()?.join("kubectl");
+    println!(
+        "\nThe cluster is up at {server}. In another shell:\n\
+         \n  export KUBECONFIG={kc}\n  alias kubectl={kubectl}\n\
+         \n  kubectl get pods -n kyma-system -o wide               # webhook x2, controller, proxy (stand-in image)\n\
+         \x20 kubectl get cp -A                                    # State column\n\
+         \x20 kubectl logs -n kyma-system connectivity-proxy-0      # the stand-in proxy's view of its configuration\n\
+         \x20 kubectl patch cp connectivity-proxy -n kyma-system --type merge -p '{{\"spec\":{{\"deployment\":{{\"replicaCount\":3}}}}}}'\n\
+         \x20     # refused by the webhook (through its Service): spec.deployment is protected\n\
+         \x20 kubectl patch cp connectivity-proxy -n kyma-system --type merge -p '{{\"spec\":{{\"config\":{{\"servers\":{{\"proxy\":{{\"http\":{{\"port\":20010}}}}}}}}}}}}'\n\
+         \x20     # allowed: the proxy pod rolls and listens on the new port\n\
+         \nLogs: {dir}/*.log (control plane, containerd, kubelet), {dir}/pod-logs. Press Ctrl-C to stop everything.\n",
+        server = cluster.cp.server,
+        kc = cluster.cp.admin_kubeconfig.display(),
+        kubectl = kubectl.display(),
+        dir = dir.display(),
+    );
+    let client = cluster.cp.admin().await?;
+    tokio::select! {
+        r = follow(client.clone(), false) => r?,
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    println!("\n>> stopping");
+    drop(client);
+    tokio::task::spawn_blocking(move || drop(cluster)).await?;
+    println!(">> stopped; nothing is left running");
     Ok(())
 }

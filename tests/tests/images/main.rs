@@ -321,3 +321,157 @@ async fn wait_ready(cp: &ControlPlane, name: &str, addr: &str) {
     .await
     .unwrap_or_else(|e| panic!("{e:#}\n{name} log:\n{}", cp.log_tail(name, 30)));
 }
+
+/// The test-node images `make images` also builds (not shipped; hack/images.sh, second section): the
+/// stand-in proxy under the controller's default proxy image reference, Debian's static busybox under
+/// the default utility image reference (its `ulimit -n` refuses more than the hard limit, as the real
+/// one does), and the pause image; the stand-in runs as the pod's user and starts listening on the
+/// configuration it is given.
+#[test]
+fn test_node_images_stand_in_under_the_default_references() {
+    use cp_api::defaults::{
+        PROXY_REGISTRY, PROXY_REPOSITORY, PROXY_TAG, UTILITY_REGISTRY, UTILITY_REPOSITORY,
+        UTILITY_TAG,
+    };
+    let standin = format!("{PROXY_REGISTRY}/{PROXY_REPOSITORY}:{PROXY_TAG}");
+    let utility = format!("{UTILITY_REGISTRY}/{UTILITY_REPOSITORY}:{UTILITY_TAG}");
+    let pause = "localhost/cp-node-pause:3.10";
+    let inspect = |img: &str, format: &str| {
+        container::require_image(img).expect("image");
+        let out = podman(&["image", "inspect", "--format", format, img]).expect("inspect");
+        assert!(out.status.success(), "inspect {img}: {}", out_text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(
+        inspect(&standin, "{{.Id}}"),
+        inspect(&image("proxy-standin"), "{{.Id}}"),
+        "{standin} is the stand-in"
+    );
+    assert_eq!(
+        inspect(&utility, "{{.Id}}"),
+        inspect(&image("node-busybox"), "{{.Id}}"),
+        "{utility} is the test node's busybox"
+    );
+    assert_eq!(inspect(&standin, "{{.Config.User}}"), "1000:3000");
+    let title = "{{index .Config.Labels \"org.opencontainers.image.title\"}}";
+    let description = "{{index .Config.Labels \"org.opencontainers.image.description\"}}";
+    assert_eq!(inspect(&standin, title), "cp-proxy-standin");
+    assert!(
+        inspect(&standin, description).contains("Stand-in"),
+        "{standin} description"
+    );
+    assert_eq!(inspect(&utility, title), "cp-node-busybox");
+    assert_eq!(inspect(pause, title), "cp-node-pause");
+    assert_eq!(
+        inspect(pause, "{{.Config.Entrypoint}}"),
+        "[/bin/sleep 2147483647]"
+    );
+
+    let v = run_image(&standin, &["--version"]);
+    assert!(v.status.success(), "{standin} --version: {}", out_text(&v));
+    assert_eq!(
+        String::from_utf8_lossy(&v.stdout).trim(),
+        format!("cp-proxy-standin {}", cp_api::defaults::RELEASE)
+    );
+    // The init container's command, under the limits the tests run containers with (1024).
+    let ok = run_image(&utility, &["sh", "-c", "ulimit -n 1000 && ulimit -n"]);
+    assert!(ok.status.success(), "ulimit -n 1000: {}", out_text(&ok));
+    assert_eq!(String::from_utf8_lossy(&ok.stdout).trim(), "1000");
+    let over = run_image(&utility, &["sh", "-c", "ulimit -n 64000"]);
+    assert!(
+        !over.status.success(),
+        "ulimit -n 64000 above the hard limit succeeded: {}",
+        out_text(&over)
+    );
+
+    // The stand-in on a configuration like the controller's and a service key of its subaccount.
+    let dir = std::env::temp_dir().join(format!("cp-images-standin-{}", std::process::id()));
+    let (config_dir, secrets_dir) = (dir.join("user-provided"), dir.join("secrets"));
+    for d in [&config_dir, &secrets_dir] {
+        std::fs::create_dir_all(d).expect("dir");
+    }
+    let proxy =
+        |port: i32| json!({"enableProxyAuthorization": false, "enabled": true, "port": port});
+    let config = json!({
+        "highAvailabilityMode": "off",
+        "integration": {"auditlog": {"mode": "console"}, "connectivityService": {"serviceCredentialsKey": "service_key"}},
+        "multiRegionMode": {"enabled": false},
+        "serviceChannels": {"enabled": true},
+        "servers": {
+            "businessDataTunnel": {"externalHost": "cp.images.kyma.example.com", "externalPort": 443},
+            "proxy": {"http": proxy(20003), "rfcAndLdap": proxy(20001), "socks5": proxy(20004)}
+        },
+        "subaccountId": "11111111-2222-4333-8444-555555555555",
+        "subaccountSubdomain": "images-subdomain",
+        "tenantMode": "dedicated"
+    });
+    std::fs::write(
+        config_dir.join(names::CONFIGMAP_CONFIG_KEY),
+        cp_api::yaml11::to_string(&config),
+    )
+    .expect("config");
+    std::fs::write(
+        secrets_dir.join(names::SECRET_SERVICE_KEY_KEY),
+        json!({"clientid": "cid", "clientsecret": "s", "subaccount_id": "11111111-2222-4333-8444-555555555555"}).to_string(),
+    )
+    .expect("key");
+    let mounts = [
+        format!(
+            "--volume={}:/etc/connectivity/properties/user-provided:ro",
+            config_dir.display()
+        ),
+        format!(
+            "--volume={}:/etc/connectivity/secrets:ro",
+            secrets_dir.display()
+        ),
+    ];
+    let name = format!("cp-images-standin-{}", std::process::id());
+    let mut args = vec![
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "--label",
+        container::LABEL,
+        "--network=none",
+        "--read-only",
+        "--cap-drop=ALL",
+        &mounts[0],
+        &mounts[1],
+    ];
+    args.extend(container::ULIMITS);
+    args.push(&standin);
+    let started = podman(&args).expect("podman run");
+    assert!(started.status.success(), "{}", out_text(&started));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let log = loop {
+        let logs = podman(&["logs", &name]).expect("podman logs");
+        let text = String::from_utf8_lossy(&logs.stdout).to_string();
+        if text.contains("\"event\":\"listening\"") || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let stop = podman(&["stop", "-t", "10", &name]).expect("podman stop");
+    let code = podman(&["inspect", "--format", "{{.State.ExitCode}}", &name]).expect("inspect");
+    let _ = podman(&["rm", "-f", &name]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(stop.status.success(), "{}", out_text(&stop));
+    assert_eq!(
+        String::from_utf8_lossy(&code.stdout).trim(),
+        "0",
+        "exit code after SIGTERM\n{log}"
+    );
+    let logged: serde_json::Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l.get("config").is_some())
+        .unwrap_or_else(|| panic!("no config line in the stand-in's log:\n{log}"));
+    assert_eq!(logged["standin"], "connectivity-proxy");
+    assert_eq!(logged["config"], config, "{log}");
+    assert_eq!(
+        logged["serviceKeySubaccount"],
+        "11111111-2222-4333-8444-555555555555"
+    );
+    assert!(log.contains("\"ports\":[8042,20003,20001,20004]"), "{log}");
+}
