@@ -529,6 +529,62 @@ impl Cluster {
         .await
     }
 
+    /// SIGKILLs the running container `container` of pod `ns/pod` through containerd (as a crash or the
+    /// OOM killer would) and waits until the kubelet has restarted it. Returns the restart count after.
+    pub async fn kill_container(
+        &self,
+        ns: &str,
+        pod: &str,
+        container: &str,
+    ) -> anyhow::Result<i32> {
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.cp.admin().await?, ns);
+        let status = |p: &k8s_openapi::api::core::v1::Pod| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.name == container).cloned())
+        };
+        let before = pods.get(pod).await?;
+        let st = status(&before).with_context(|| format!("{pod} has no container {container}"))?;
+        anyhow::ensure!(
+            st.state.as_ref().is_some_and(|s| s.running.is_some()),
+            "{pod}/{container} is not running: {:?}",
+            st.state
+        );
+        let id = st
+            .container_id
+            .as_deref()
+            .and_then(|id| id.strip_prefix("containerd://"))
+            .with_context(|| format!("{pod}/{container}: no containerd id"))?
+            .to_string();
+        run(
+            self.ctr()
+                .args(["tasks", "kill", "--signal", "SIGKILL", &id]),
+            "ctr tasks kill",
+        )?;
+        crate::wait::until(
+            &format!("{pod}/{container} restarted after SIGKILL"),
+            Duration::from_secs(60),
+            || {
+                let (pods, id) = (pods.clone(), id.clone());
+                async move {
+                    let p = pods.get(pod).await.map_err(|e| e.to_string())?;
+                    let st = status(&p).ok_or("no status")?;
+                    let running = st.state.as_ref().is_some_and(|s| s.running.is_some());
+                    Ok((running
+                        && st.restart_count > 0
+                        && st
+                            .container_id
+                            .as_deref()
+                            .is_some_and(|c| !c.ends_with(&id)))
+                    .then_some(st.restart_count))
+                }
+            },
+        )
+        .await
+    }
+
     /// `kubectl get pods -o wide` of a namespace, for failure messages.
     pub fn pods_summary(&self, ns: &str) -> String {
         self.kubectl_run(&["get", "pods", "-n", ns, "-o", "wide"])
@@ -727,6 +783,10 @@ maxPods: 60
 rotateCertificates: false
 protectKernelDefaults: false
 makeIPTablesUtilChains: true
+# A crashed container restarts within 5 s instead of backing off to 5 minutes: tests kill containers
+# on purpose, repeatedly.
+crashLoopBackOff:
+  maxContainerRestartPeriod: 5s
 "#,
         socket = socket.display()
     )

@@ -1,0 +1,97 @@
+//! A legacy installation taken over by the module installed on a real node, with the controller's
+//! container SIGKILLed five times at random moments of the takeover (through containerd, restarted by
+//! the kubelet): the takeover converges and nothing of the user's is lost.
+#![forbid(unsafe_code)]
+
+#[allow(dead_code)]
+#[path = "../e2e/common.rs"]
+mod common;
+#[allow(dead_code)]
+#[path = "../legacy/mod.rs"]
+mod legacy;
+#[allow(dead_code)]
+#[path = "../controller/support.rs"]
+mod support;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use cp_api::names;
+use cp_tests::node::Cluster;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+const CONTROLLER_PODS: &str = "app.kubernetes.io/name=connectivity-proxy-operator-controller";
+
+/// xorshift64*, replayable from the printed seed.
+fn delays(seed: u64, n: usize, max_ms: u64) -> Vec<Duration> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            Duration::from_millis(x.wrapping_mul(0x2545_f491_4f6c_dd1d) % max_ms)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_takeover_survives_five_sigkills_of_the_controller_container() -> anyhow::Result<()>
+{
+    let cluster = Cluster::shared()?;
+    let admin = cluster.cp.admin().await?;
+    cluster.prepare_kyma().await?;
+    let before = legacy::legacy_cluster(&admin).await;
+    cluster.install_bundle().await?;
+    cluster.apply_default_cr().await?;
+
+    let seed = std::env::var("CP_NODE_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(7)
+        });
+    println!("CP_NODE_KILL_SEED={seed}");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    let pod = pods
+        .list(&ListParams::default().labels(CONTROLLER_PODS))
+        .await?
+        .items
+        .into_iter()
+        .find(|p| p.metadata.deletion_timestamp.is_none())
+        .and_then(|p| p.metadata.name)
+        .context("no controller pod")?;
+    let mut restarts = 0;
+    for (i, delay) in delays(seed, 5, 2500).into_iter().enumerate() {
+        tokio::time::sleep(delay).await; // the random kill point, not a synchronisation
+        let cr: Api<cp_api::ConnectivityProxy> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+        let reached: Vec<&str> = match cr.get_opt("connectivity-proxy").await? {
+            Some(c) => legacy::STEPS
+                .iter()
+                .filter(|(_, r)| r(&c))
+                .map(|(w, _)| *w)
+                .collect(),
+            None => vec![],
+        };
+        println!(
+            "kill {} after {delay:?}; the takeover has reached {reached:?}",
+            i + 1
+        );
+        restarts = cluster
+            .kill_container(names::KYMA_SYSTEM, &pod, "controller")
+            .await
+            .with_context(|| format!("kill {} after {delay:?}", i + 1))?;
+    }
+    assert!(
+        restarts >= 5,
+        "the kubelet restarted the controller {restarts} times"
+    );
+
+    legacy::wait_step(&admin, legacy::STEPS[2], Duration::from_secs(120)).await;
+    legacy::assert_taken_over(&admin, &before, 20003).await;
+    Ok(())
+}
