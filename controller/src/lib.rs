@@ -14,6 +14,7 @@ pub mod mappings;
 pub mod metrics;
 pub mod migration;
 pub mod module_owner;
+pub mod pods;
 pub mod reconcile;
 pub mod status;
 pub mod upgrade;

@@ -441,16 +441,32 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
                 Some(Err(m)) => m,
                 _ => "StatefulSet connectivity-proxy does not exist yet".into(),
             };
-            Computed::blocked(
-                State::Processing,
-                vec![deps, config, installed],
-                Cond::failed(types::READY, "StatefulSetNotReady", msg),
-            )
+            match proxy_pod_problem(ctx, cr, &ns).await {
+                // A cause that will not resolve by itself: a Warning that names it.
+                Some(problem) => Computed::blocked(
+                    State::Warning,
+                    vec![deps, config, installed],
+                    Cond::failed(types::READY, "ProxyPodFailing", format!("{msg}; {problem}")),
+                ),
+                None => Computed::blocked(
+                    State::Processing,
+                    vec![deps, config, installed],
+                    Cond::failed(types::READY, "StatefulSetNotReady", msg),
+                ),
+            }
         }
     };
     status::write(ctx, cr, &computed).await?;
+    if computed.state != State::Ready {
+        // The proxy's pods change without their StatefulSet changing (an init container failing, an image
+        // pull backing off): look again soon while the proxy is not ready, not at the resync.
+        return Ok(Action::requeue(ctx.settings.resync.min(NOT_READY_RECHECK)));
+    }
     Ok(resync)
 }
+
+/// How soon a CR whose proxy is not ready yet is looked at again.
+const NOT_READY_RECHECK: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Ready when the controller observed the current spec and every replica is updated and ready.
 pub fn statefulset_ready(sts: &StatefulSet) -> Result<String, String> {
@@ -471,6 +487,25 @@ pub fn statefulset_ready(sts: &StatefulSet) -> Result<String, String> {
         ));
     }
     Ok(format!("{ready}/{want} replicas ready"))
+}
+
+/// Why the proxy's pods do not become ready, when the reason will not resolve by itself. A failed read
+/// (e.g. RBAC) is logged and leaves the plain "not ready" status.
+async fn proxy_pod_problem(ctx: &Ctx, cr: &ConnectivityProxy, ns: &str) -> Option<String> {
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(ctx.client.clone(), ns)
+        .list(&kube::api::ListParams::default().labels(&format!(
+            "{}={}",
+            names::APP_LABEL,
+            desired::APP
+        )))
+        .await
+        .map_err(|e| tracing::warn!(error = %e, "reading the proxy's pods"))
+        .ok()?;
+    let fd_limit = desired::effective_deployment(cr)
+        .resources
+        .and_then(|r| r.max_file_descriptor_count)
+        .unwrap_or(64000);
+    crate::pods::problem(&pods.items, fd_limit)
 }
 
 async fn cluster_facts(ctx: &Ctx) -> Result<ClusterFacts, Error> {

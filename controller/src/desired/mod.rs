@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 pub use config::{render_config, service_mappings_json};
 pub use resolve::{ClusterFacts, ConfigProblem, Resolved, resolve};
+pub use workload::{APP, effective_deployment};
 
 /// FNV-1a, 64 bit, hex: a stable hash across processes and releases (unlike `DefaultHasher`).
 pub fn hash_str(s: &str) -> String {

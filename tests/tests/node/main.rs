@@ -184,12 +184,38 @@ async fn install(cluster: &Cluster) -> anyhow::Result<()> {
     )
     .await?;
     assert_eq!(failed_init, "init-fd-limit");
+    // The CR says so, naming the field and the fix.
     let cr: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
-    let state = cr.get(CR).await?.status.unwrap_or_default().state;
-    assert_ne!(
-        state,
-        Some(State::Ready),
-        "Ready while the proxy cannot start"
+    let warning = cp_tests::wait::until(
+        "the CR in Warning ProxyPodFailing",
+        Duration::from_secs(60),
+        || {
+            let cr = cr.clone();
+            async move {
+                let st = cr
+                    .get(CR)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status
+                    .unwrap_or_default();
+                let failing = st
+                    .conditions
+                    .iter()
+                    .find(|c| c.reason == "ProxyPodFailing")
+                    .cloned();
+                match (st.state, failing) {
+                    (Some(State::Warning), Some(c)) => Ok(Some(c.message)),
+                    (state, _) => Err(format!("{state:?} {:?}", st.description)),
+                }
+            }
+        },
+    )
+    .await?;
+    assert!(
+        warning.contains("init-fd-limit")
+            && warning.contains("spec.deployment.resources.maxFileDescriptorCount")
+            && warning.contains("64000"),
+        "{warning}"
     );
 
     cluster.fit_fd_limit_to_node(CR).await?;

@@ -1,0 +1,189 @@
+//! Why the proxy's pods do not become ready, read from their status while the StatefulSet is not ready,
+//! so the CR names the cause and the fix instead of only "0/1 replicas ready".
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
+/// Waiting reasons that do not resolve by themselves.
+const STUCK: [&str; 6] = [
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "InvalidImageName",
+];
+
+/// The first pod problem found, as a message naming the pod, the container and the fix where one is
+/// known; `None` when the pods are merely starting. `fd_limit` is the open-files limit the init
+/// container asks for (`spec.deployment.resources.maxFileDescriptorCount`).
+pub fn problem(pods: &[Pod], fd_limit: i64) -> Option<String> {
+    for pod in pods {
+        let name = pod.metadata.name.as_deref().unwrap_or("?");
+        let Some(status) = pod.status.as_ref() else {
+            continue;
+        };
+        let init = status.init_container_statuses.iter().flatten();
+        let main = status.container_statuses.iter().flatten();
+        for (c, is_init) in init.map(|c| (c, true)).chain(main.map(|c| (c, false))) {
+            if let Some(m) = container_problem(name, c, is_init, fd_limit) {
+                return Some(m);
+            }
+        }
+        if let Some(cond) = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        {
+            return Some(format!(
+                "pod {name} cannot be scheduled: {}",
+                cond.message.as_deref().unwrap_or("no reason given")
+            ));
+        }
+    }
+    None
+}
+
+fn container_problem(
+    pod: &str,
+    c: &ContainerStatus,
+    is_init: bool,
+    fd_limit: i64,
+) -> Option<String> {
+    let kind = if is_init {
+        "init container"
+    } else {
+        "container"
+    };
+    let failed_exit = |s: &k8s_openapi::api::core::v1::ContainerState| {
+        s.terminated
+            .as_ref()
+            .filter(|t| t.exit_code != 0)
+            .map(|t| (t.exit_code, t.message.clone().unwrap_or_default()))
+    };
+    let waiting = c
+        .state
+        .as_ref()
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.reason.as_deref())
+        .filter(|r| STUCK.contains(r));
+    // A failed run: the current state (an init container that just failed) or the last one (a
+    // container in back-off).
+    let exit = c
+        .state
+        .as_ref()
+        .and_then(failed_exit)
+        .or_else(|| c.last_state.as_ref().and_then(failed_exit))
+        .filter(|_| is_init || waiting.is_some());
+    if is_init
+        && c.name == "init-fd-limit"
+        && let Some((code, _)) = &exit
+    {
+        return Some(format!(
+            "pod {pod}: init container init-fd-limit failed (exit {code}): the node does not allow {fd_limit} \
+             open files (spec.deployment.resources.maxFileDescriptorCount); raise the nodes' limit \
+             (containerd's LimitNOFILE) or lower the field (an identity named in ConfigMap \
+             kyma-system/connectivity-proxy-operator-config may)"
+        ));
+    }
+    match (waiting, exit) {
+        (
+            Some(
+                reason @ ("ImagePullBackOff" | "ErrImagePull" | "ErrImageNeverPull"
+                | "InvalidImageName"),
+            ),
+            _,
+        ) => Some(format!(
+            "pod {pod}: {kind} {} cannot get its image {} ({reason}); check spec.deployment's image \
+                 and its pull secret",
+            c.name, c.image
+        )),
+        (reason, Some((code, message))) => Some(format!(
+            "pod {pod}: {kind} {} failed (exit {code}{}){}",
+            c.name,
+            reason.map(|r| format!(", {r}")).unwrap_or_default(),
+            if message.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", message.trim())
+            }
+        )),
+        (Some(reason), None) => Some(format!("pod {pod}: {kind} {} is in {reason}", c.name)),
+        (None, None) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::problem;
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::json;
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(
+            json!({"metadata": {"name": "connectivity-proxy-0"}, "status": status}),
+        )
+        .expect("pod")
+    }
+
+    #[test]
+    fn starting_pods_are_not_a_problem() {
+        let p = pod(json!({"phase": "Pending", "initContainerStatuses": [
+            {"name": "init-fd-limit", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
+             "state": {"waiting": {"reason": "PodInitializing"}}}]}));
+        assert_eq!(problem(&[p], 64000), None);
+        assert_eq!(problem(&[], 64000), None);
+    }
+
+    #[test]
+    fn a_failing_fd_limit_names_the_field_and_the_fix() {
+        let p = pod(json!({"phase": "Pending", "initContainerStatuses": [
+            {"name": "init-fd-limit", "image": "busybox", "imageID": "", "ready": false, "restartCount": 2,
+             "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+             "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}));
+        let m = problem(&[p], 64000).expect("a problem");
+        assert!(m.contains("init-fd-limit failed (exit 1)"), "{m}");
+        assert!(m.contains("64000"), "{m}");
+        assert!(
+            m.contains("spec.deployment.resources.maxFileDescriptorCount"),
+            "{m}"
+        );
+        assert!(m.contains("connectivity-proxy-operator-config"), "{m}");
+    }
+
+    #[test]
+    fn image_pull_and_crash_loops_are_named() {
+        let pull = pod(json!({"containerStatuses": [
+            {"name": "connectivity-proxy", "image": "example.org/cp:1", "imageID": "", "ready": false, "restartCount": 0,
+             "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}));
+        let m = problem(&[pull], 64000).expect("a problem");
+        assert!(
+            m.contains("example.org/cp:1") && m.contains("ImagePullBackOff"),
+            "{m}"
+        );
+        let crash = pod(json!({"containerStatuses": [
+            {"name": "connectivity-proxy", "image": "cp", "imageID": "", "ready": false, "restartCount": 4,
+             "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+             "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}));
+        let m = problem(&[crash], 64000).expect("a problem");
+        assert!(
+            m.contains("exit 137") && m.contains("CrashLoopBackOff"),
+            "{m}"
+        );
+        // A restart that is running again is not a problem.
+        let recovered = pod(json!({"containerStatuses": [
+            {"name": "connectivity-proxy", "image": "cp", "imageID": "", "ready": false, "restartCount": 1,
+             "state": {"running": {}}, "lastState": {"terminated": {"exitCode": 137}}}]}));
+        assert_eq!(problem(&[recovered], 64000), None);
+    }
+
+    #[test]
+    fn unschedulable_pods_say_why() {
+        let p = pod(
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+            "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient memory."}]}),
+        );
+        let m = problem(&[p], 64000).expect("a problem");
+        assert!(m.contains("Insufficient memory"), "{m}");
+    }
+}
