@@ -5,9 +5,12 @@
 # root, when missing). Prints the containerd bin directory on stdout.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+command -v go >/dev/null || { echo "error: Go is not on PATH" >&2; exit 1; }
 version=$(awk '$1 == "require" && $2 == "github.com/containerd/containerd/v2" {print $3; exit}' "$root/tests/k8s-bins/containerd/go.mod")
 [ -n "$version" ] || { echo "cannot read the containerd version from tests/k8s-bins/containerd/go.mod" >&2; exit 1; }
-cache=${CP_NODE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cp-operator/containerd-${version}}
+# Keyed by the containerd version and the Go toolchain that builds it.
+gover=$(go env GOVERSION 2>/dev/null || echo unknown)
+cache=${CP_NODE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/cp-operator/containerd-${version}-${gover}}
 mkdir -p "$cache/bin"
 
 missing=()
@@ -17,6 +20,8 @@ command -v iptables >/dev/null || missing+=(iptables)
 # static: ldd refuses it
 [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 || missing+=(busybox-static)
 command -v ip >/dev/null || missing+=(iproute2)
+command -v nsenter >/dev/null && command -v unshare >/dev/null || missing+=(util-linux)
+command -v ps >/dev/null || missing+=(procps)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo ">> installing ${missing[*]} from Debian (once)" >&2
@@ -28,7 +33,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-command -v go >/dev/null || { echo "error: Go is not on PATH" >&2; exit 1; }
+
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 # No cgo: btrfs and devmapper snapshotters are left out (the node uses overlayfs).
 tags="no_btrfs no_devmapper no_zfs"

@@ -22,10 +22,18 @@ pub fn crd_name() -> String {
 /// delete the dependent at once).
 pub async fn module_owner(client: &Client) -> Option<OwnerReference> {
     let name = crd_name();
-    match Api::<CustomResourceDefinition>::all(client.clone())
-        .get_opt(&name)
-        .await
-    {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    // A transient error must not leave the Secrets without their owner (the next apply would drop it):
+    // retry a few times, 1 s apart, before giving up.
+    let mut found = api.get_opt(&name).await;
+    for _ in 0..5 {
+        if found.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        found = api.get_opt(&name).await;
+    }
+    match found {
         Ok(Some(crd)) => Some(OwnerReference {
             api_version: "apiextensions.k8s.io/v1".into(),
             kind: "CustomResourceDefinition".into(),

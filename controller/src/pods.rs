@@ -67,14 +67,26 @@ fn container_problem(
         .and_then(|s| s.waiting.as_ref())
         .and_then(|w| w.reason.as_deref())
         .filter(|r| STUCK.contains(r));
+    let running = c.state.as_ref().is_some_and(|s| s.running.is_some());
+    let succeeded = c
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .is_some_and(|t| t.exit_code == 0);
     // A failed run: the current state (an init container that just failed) or the last one (a
-    // container in back-off).
+    // container in back-off, or one that crashed at least twice and is not ready in between). An init
+    // container that succeeded since, or a container that recovered, is not a problem.
+    let last_failed = c.last_state.as_ref().and_then(failed_exit);
     let exit = c
         .state
         .as_ref()
         .and_then(failed_exit)
-        .or_else(|| c.last_state.as_ref().and_then(failed_exit))
-        .filter(|_| is_init || waiting.is_some());
+        .or(if succeeded { None } else { last_failed })
+        .filter(|_| {
+            (is_init && !running)
+                || waiting.is_some()
+                || (running && !c.ready && c.restart_count >= 2)
+        });
     if is_init
         && c.name == "init-fd-limit"
         && let Some((code, _)) = &exit
@@ -175,6 +187,23 @@ mod tests {
             {"name": "connectivity-proxy", "image": "cp", "imageID": "", "ready": false, "restartCount": 1,
              "state": {"running": {}}, "lastState": {"terminated": {"exitCode": 137}}}]}));
         assert_eq!(problem(&[recovered], 64000), None);
+        // Between back-offs of a crash loop (running, not ready, restarted twice) it still is.
+        let looping = pod(json!({"containerStatuses": [
+            {"name": "connectivity-proxy", "image": "cp", "imageID": "", "ready": false, "restartCount": 3,
+             "state": {"running": {}}, "lastState": {"terminated": {"exitCode": 1}}}]}));
+        assert!(problem(&[looping], 64000).is_some_and(|m| m.contains("exit 1")));
+    }
+
+    #[test]
+    fn an_init_container_that_succeeded_since_is_not_a_problem() {
+        let p = pod(json!({"phase": "Pending", "initContainerStatuses": [
+            {"name": "init-fd-limit", "image": "busybox", "imageID": "", "ready": true, "restartCount": 1,
+             "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+             "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}],
+            "containerStatuses": [
+            {"name": "connectivity-proxy", "image": "cp", "imageID": "", "ready": false, "restartCount": 0,
+             "state": {"running": {}}}]}));
+        assert_eq!(problem(&[p], 64000), None);
     }
 
     #[test]

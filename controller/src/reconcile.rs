@@ -332,19 +332,18 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         .unwrap_or(0);
     let mappings_too_large = mappings_json_len > crate::mappings::MAX_CONFIGMAP_BYTES;
     // The next renewal is scheduled, not polled: requeue exactly when it is due.
-    let resync = match renew_at {
+    let requeue_after = match renew_at {
         Some(at) => {
             let until = (at - time::OffsetDateTime::now_utc())
                 .as_seconds_f64()
                 .max(0.05);
-            Action::requeue(
-                ctx.settings
-                    .resync
-                    .min(std::time::Duration::from_secs_f64(until)),
-            )
+            ctx.settings
+                .resync
+                .min(std::time::Duration::from_secs_f64(until))
         }
-        None => resync,
+        None => ctx.settings.resync,
     };
+    let resync = Action::requeue(requeue_after);
     let (ca_objects, keep_as_is, ca_problem) =
         connectivity_ca_objects(ctx, cr, &resolved, key.key.as_ref()).await?;
     objects.extend(ca_objects);
@@ -460,7 +459,7 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
     if computed.state != State::Ready {
         // The proxy's pods change without their StatefulSet changing (an init container failing, an image
         // pull backing off): look again soon while the proxy is not ready, not at the resync.
-        return Ok(Action::requeue(ctx.settings.resync.min(NOT_READY_RECHECK)));
+        return Ok(Action::requeue(requeue_after.min(NOT_READY_RECHECK)));
     }
     Ok(resync)
 }

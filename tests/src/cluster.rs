@@ -225,10 +225,13 @@ impl ControlPlane {
             },
         )?;
 
-        let mut cleanup = opts.cleanup.clone().unwrap_or_default();
-        if let Some(ns) = &opts.netns {
-            cleanup.push_str(&format!("\nip netns delete {} 2>/dev/null", ns.name));
-        }
+        // The network namespace first: the other cleanup may wait for cgroups to empty.
+        let mut cleanup = opts
+            .netns
+            .as_ref()
+            .map(|ns| format!("ip netns delete {} 2>/dev/null\n", ns.name))
+            .unwrap_or_default();
+        cleanup.push_str(opts.cleanup.as_deref().unwrap_or_default());
         let group_leader =
             start_watchdog(&dir, (!opts.keep_dir).then_some(dir.as_path()), &cleanup)?;
         let mut cp = ControlPlane {

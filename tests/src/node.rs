@@ -53,6 +53,95 @@ pub struct Cluster {
     pub ctr: PathBuf,
     /// The stand-in Connectivity CA endpoint's base URL.
     pub ca_endpoint: String,
+    /// Restores the kernel settings and removes the cgroups once the processes are gone (dropped last).
+    _leftovers: NodeLeftovers,
+}
+
+/// Host-wide settings the kubelet changes (not per network namespace): saved before it starts, restored
+/// after the node stopped.
+const KUBELET_SYSCTLS: [&str; 6] = [
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+];
+
+/// What the node leaves outside its namespaces: the kubelet's cgroups (under a root named after the
+/// run) and the host-wide kernel settings it writes. Dropping it (after the node's processes are gone)
+/// restores the settings and removes the cgroups; the watchdog does the same when the process dies
+/// without dropping it.
+struct NodeLeftovers {
+    run_id: String,
+    sysctls: Vec<(String, String)>,
+}
+
+/// The kernel settings as they were before the first node of this boot started, kept until the last node
+/// is gone: a run that starts while an earlier one's cleanup is still pending must not take that node's
+/// settings for the machine's.
+const SAVED_SYSCTLS: &str = "/run/cp-operator-node-sysctls";
+
+impl NodeLeftovers {
+    fn new(run_id: &str) -> anyhow::Result<Self> {
+        let saved = fs::read_to_string(SAVED_SYSCTLS).unwrap_or_default();
+        let mut sysctls: Vec<(String, String)> = saved
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .filter(|(k, _)| KUBELET_SYSCTLS.contains(k))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        if sysctls.is_empty() {
+            sysctls = KUBELET_SYSCTLS
+                .iter()
+                .filter_map(|k| {
+                    fs::read_to_string(format!("/proc/sys/{k}"))
+                        .ok()
+                        .map(|v| (k.to_string(), v.trim().to_string()))
+                })
+                .collect();
+            let text: String = sysctls.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+            fs::write(SAVED_SYSCTLS, text).with_context(|| format!("writing {SAVED_SYSCTLS}"))?;
+        }
+        for c in fs::read_dir("/sys/fs/cgroup")?.flatten() {
+            if c.path().is_dir() {
+                let _ = fs::create_dir_all(c.path().join(run_id));
+            }
+        }
+        Ok(Self {
+            run_id: run_id.to_string(),
+            sysctls,
+        })
+    }
+
+    /// The same cleanup as a shell snippet, for the watchdog.
+    fn script(&self) -> String {
+        let mut s = String::new();
+        for (k, v) in &self.sysctls {
+            s.push_str(&format!("echo '{v}' > /proc/sys/{k} 2>/dev/null\n"));
+        }
+        // The last node gone (its network namespace is deleted first): forget the saved settings.
+        s.push_str(&format!(
+            "ip netns list 2>/dev/null | grep -v '^{id}\\b' | grep -q '^cp-node-' || rm -f {SAVED_SYSCTLS}\n",
+            id = self.run_id
+        ));
+        s.push_str(&format!(
+            "for c in /sys/fs/cgroup/*/{id}; do [ -d \"$c\" ] || continue; \
+             for i in 1 2 3 4 5 6 7 8 9 10; do find \"$c\" -depth -type d -exec rmdir {{}} + 2>/dev/null; \
+             [ -d \"$c\" ] || break; sleep 0.5; done; done",
+            id = self.run_id
+        ));
+        s
+    }
+}
+
+impl Drop for NodeLeftovers {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .args(["-c", &self.script()])
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 fn run(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
@@ -115,18 +204,11 @@ impl Cluster {
         let k8s_bins = crate::cluster::k8s_bin_dir()?;
         remove_stale_runs();
         let run_id = format!("cp-node-{}", std::process::id());
+        // Declared first, dropped last: after the control plane and the node are stopped.
+        let leftovers = NodeLeftovers::new(&run_id)?;
         let netns = Arc::new(Netns::create(&run_id)?);
         let cgroup_root = format!("/{run_id}");
-        let cleanup = format!(
-            "for c in /sys/fs/cgroup/*{cgroup_root}; do [ -d \"$c\" ] || continue; \
-             for i in 1 2 3 4 5 6 7 8 9 10; do find \"$c\" -depth -type d -exec rmdir {{}} + 2>/dev/null; \
-             [ -d \"$c\" ] || break; sleep 0.5; done; done"
-        );
-        for c in fs::read_dir("/sys/fs/cgroup")?.flatten() {
-            if c.path().is_dir() {
-                let _ = fs::create_dir_all(c.path().join(&run_id));
-            }
-        }
+        let cleanup = leftovers.script();
         let cp = ControlPlane::start(Options {
             dir,
             keep_dir,
@@ -181,7 +263,8 @@ impl Cluster {
             r#"set -u
 export PATH={node_bins}:/usr/sbin:/usr/bin:/sbin:/bin
 containerd --config {containerd_toml} >>{dir}/containerd.log 2>&1 &
-for i in $(seq 1 100); do [ -S {socket} ] && break; sleep 0.1; done
+for i in $(seq 1 300); do [ -S {socket} ] && break; sleep 0.1; done
+[ -S {socket} ] || {{ echo "containerd did not open its socket within 30 s"; exit 1; }}
 kubelet --config={dir}/kubelet.yaml --kubeconfig={dir}/kubelet.kubeconfig --root-dir={dir}/kubelet \
   --hostname-override={NODE_NAME} --node-ip={NODE_IP} --v=1 >>{dir}/kubelet.log 2>&1 &
 kube-proxy --config={dir}/kube-proxy.yaml --v=1 >>{dir}/kube-proxy.log 2>&1 &
@@ -227,6 +310,7 @@ exit 1
             containerd_socket: socket,
             ctr: node_bins.join("ctr"),
             ca_endpoint,
+            _leftovers: leftovers,
         };
         cluster.wait_containerd(Duration::from_secs(30))?;
         cluster.load_images()?;
@@ -390,6 +474,29 @@ impl Cluster {
                 "stringData": {"ca.crt": crate::ca_endpoint_tls()?.root_pem}}),
         ] {
             crate::manifest::apply_object(&client, serde_json::from_value(obj)?, None).await?;
+        }
+        // What the controller manager adds to every namespace, so that a snapshot taken now is complete.
+        for ns in [names::KYMA_SYSTEM, names::ISTIO_NAMESPACE] {
+            let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+                Api::namespaced(client.clone(), ns);
+            let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+                Api::namespaced(client.clone(), ns);
+            crate::wait::until(
+                &format!("ServiceAccount default and ConfigMap kube-root-ca.crt in {ns}"),
+                Duration::from_secs(30),
+                || {
+                    let (sas, cms) = (sas.clone(), cms.clone());
+                    async move {
+                        let sa = sas.get_opt("default").await.map_err(|e| e.to_string())?;
+                        let cm = cms
+                            .get_opt("kube-root-ca.crt")
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        Ok((sa.is_some() && cm.is_some()).then_some(()))
+                    }
+                },
+            )
+            .await?;
         }
         crate::fixtures::apply(
             &client,
@@ -746,7 +853,7 @@ state = "{d}/containerd/state"
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
     runtime_type = 'io.containerd.runc.v2'
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-      BinaryName = '/usr/sbin/runc'
+      BinaryName = 'runc'
       SystemdCgroup = false
 "#,
         socket = socket.display()

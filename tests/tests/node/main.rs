@@ -7,7 +7,7 @@
 //! failure names its step.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,6 +16,7 @@ use cp_tests::node::Cluster;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 
 const CR: &str = "connectivity-proxy";
@@ -410,7 +411,8 @@ async fn controller_pod_replaced(cluster: &Cluster) -> anyhow::Result<()> {
     edit_reaches_the_proxy(cluster, 20011).await
 }
 
-/// One webhook pod deleted while 200 admissions run: none fails (two replicas, a PDB, readiness off
+/// One webhook pod deleted while admissions run, from before the delete until after the pod is gone and
+/// out of the Service's endpoints (at least 200 in all): none fails (two replicas, a PDB, readiness off
 /// before the server stops).
 async fn webhook_pod_deleted_under_load(cluster: &Cluster) -> anyhow::Result<()> {
     let admin = cluster.cp.admin().await?;
@@ -420,48 +422,105 @@ async fn webhook_pod_deleted_under_load(cluster: &Cluster) -> anyhow::Result<()>
         "{}",
         cluster.pods_summary(names::KYMA_SYSTEM)
     );
+    let victim = pod_name(&webhooks[0]);
+    let victim_ip = webhooks[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .context("webhook pod without an IP")?;
     let cr: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
     let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let done = Arc::new(AtomicUsize::new(0));
+    let (ok, stop) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
     let mut workers = Vec::new();
-    for w in 0..4 {
-        let (cr, failures, done) = (cr.clone(), failures.clone(), done.clone());
+    for w in 0..4i64 {
+        let (cr, failures, ok, stop) = (cr.clone(), failures.clone(), ok.clone(), stop.clone());
         workers.push(tokio::spawn(async move {
-            for i in 0..50 {
+            let mut i = 0i64;
+            while !stop.load(Ordering::SeqCst) {
                 // A server-side dry run goes through both webhooks and stores nothing.
-                let patch = serde_json::json!({"spec": {"config": {"servers": {"proxy": {"socks5": {"port": 20100 + w * 50 + i}}}}}});
+                let patch = serde_json::json!({"spec": {"config": {"servers": {"proxy": {"socks5": {"port": 20100 + w * 1000 + i % 1000}}}}}});
                 let params = PatchParams { dry_run: true, ..Default::default() };
-                if let Err(e) = cr.patch(CR, &params, &Patch::Merge(&patch)).await
-                    && let Ok(mut f) = failures.lock()
-                {
-                    f.push(e.to_string());
+                match cr.patch(CR, &params, &Patch::Merge(&patch)).await {
+                    Ok(_) => {
+                        ok.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) => {
+                        if let Ok(mut f) = failures.lock() {
+                            f.push(e.to_string());
+                        }
+                    }
                 }
-                done.fetch_add(1, Ordering::SeqCst);
+                i += 1;
             }
         }));
     }
+    let at_least = |n: usize, what: &'static str| {
+        let ok = ok.clone();
+        async move {
+            cp_tests::wait::until(what, Duration::from_secs(120), || {
+                let ok = ok.clone();
+                async move { Ok((ok.load(Ordering::SeqCst) >= n).then_some(())) }
+            })
+            .await
+        }
+    };
+    at_least(50, "50 admissions before the delete").await?;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    pods.delete(&victim, &DeleteParams::default()).await?;
+    let slices: Api<EndpointSlice> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
     cp_tests::wait::until(
-        "a quarter of the admissions done",
-        Duration::from_secs(60),
+        "the deleted pod gone and out of the webhook Service's endpoints",
+        Duration::from_secs(120),
         || {
-            let done = done.clone();
-            async move { Ok((done.load(Ordering::SeqCst) >= 50).then_some(())) }
+            let (pods, slices, victim, victim_ip) = (
+                pods.clone(),
+                slices.clone(),
+                victim.clone(),
+                victim_ip.clone(),
+            );
+            async move {
+                let gone = pods
+                    .get_opt(&victim)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_none();
+                let listed =
+                    slices
+                        .list(&ListParams::default().labels(
+                            "kubernetes.io/service-name=connectivity-proxy-operator-webhook",
+                        ))
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .items
+                        .iter()
+                        .flat_map(|s| s.endpoints.iter().flatten())
+                        .any(|e| e.addresses.contains(&victim_ip));
+                Ok((gone && !listed).then_some(()))
+            }
         },
     )
     .await?;
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
-    pods.delete(&pod_name(&webhooks[0]), &DeleteParams::default())
-        .await?;
+    let after = ok.load(Ordering::SeqCst);
+    at_least(
+        (after + 50).max(200),
+        "50 admissions after the pod is gone, 200 in all",
+    )
+    .await?;
+    stop.store(true, Ordering::SeqCst);
     for w in workers {
         w.await?;
     }
     let failures = failures.lock().map(|f| f.clone()).unwrap_or_default();
-    assert_eq!(done.load(Ordering::SeqCst), 200);
+    let total = ok.load(Ordering::SeqCst) + failures.len();
     assert!(
         failures.is_empty(),
-        "{} of 200 admissions failed: {failures:?}",
+        "{} of {total} admissions failed: {failures:?}",
         failures.len()
     );
+    println!("{total} admissions while webhook pod {victim} was deleted: none failed");
     cluster
         .wait_deployment_available(names::KYMA_SYSTEM, "connectivity-proxy-operator-webhook", 2)
         .await
