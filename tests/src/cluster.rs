@@ -117,6 +117,18 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind((LOCALHOST, 0))?.local_addr()?.port())
 }
 
+/// `N` distinct free loopback TCP ports.
+pub fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind((LOCALHOST, 0)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut ports = [0u16; N];
+    for (port, l) in ports.iter_mut().zip(&listeners) {
+        *port = l.local_addr()?.port();
+    }
+    Ok(ports)
+}
+
 /// The directory holding kube-apiserver, kube-controller-manager, etcd and kubectl: `CP_K8S_BIN_DIR`, or
 /// whatever `hack/k8s-bins.sh` prints (it builds them into the cache on first use).
 pub fn k8s_bin_dir() -> anyhow::Result<PathBuf> {
@@ -249,8 +261,9 @@ impl ControlPlane {
         };
         let node_ip = crate::netns::NODE_IP;
 
-        let etcd_port = free_port()?;
-        let peer_port = free_port()?;
+        // All at once, each listener held until the last is chosen: distinct ports. (Inside a network
+        // namespace the host cannot see which ports its components took, so one at a time could repeat.)
+        let [etcd_port, peer_port, api_port, kcm_port, scheduler_port] = free_ports()?;
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         cp.spawn_component(
@@ -269,7 +282,6 @@ impl ControlPlane {
             ],
         )?;
 
-        let api_port = free_port()?;
         cp.internal_server = format!("https://127.0.0.1:{api_port}");
         cp.server = match &opts.netns {
             Some(ns) => format!(
@@ -324,7 +336,6 @@ impl ControlPlane {
         write(&dir, "admin-internal.kubeconfig", &internal_admin)?;
         cp.wait_ready(Duration::from_secs(90))?;
 
-        let kcm_port = free_port()?;
         let controllers = if opts.netns.is_some() {
             // Every default controller, as in a cluster (Deployments, StatefulSets, endpoints, PDBs, ...).
             "*"
@@ -355,7 +366,7 @@ impl ControlPlane {
             ],
         )?;
         if opts.netns.is_some() {
-            let port = free_port()?;
+            let port = scheduler_port;
             cp.spawn_component(
                 "kube-scheduler",
                 bins.join("kube-scheduler"),
