@@ -17,6 +17,7 @@ pub mod policy;
 pub mod status;
 pub mod validation;
 pub mod yaml11;
+pub mod yaml11_types;
 
 pub use cp::{ConnectivityProxy, ConnectivityProxySpec};
 pub use mapping::{ServiceMapping, ServiceMappingSpec};

@@ -621,40 +621,17 @@ impl<'a> Flow<'a> {
     }
 }
 
-/// What a YAML 1.1 reader makes of the plain scalar `s` (the oracle's rules, with numbers as JSON
-/// numbers where they fit).
+/// What a YAML 1.1 reader makes of the plain scalar `s`: the type rules of
+/// [`cp_api::yaml11_types::resolve_plain`], with ints and floats as JSON numbers where they fit.
 pub fn resolve_plain(s: &str) -> Value {
-    const TRUE: [&str; 11] = [
-        "y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON",
-    ];
-    const FALSE: [&str; 11] = [
-        "n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF",
-    ];
-    let tag = |t: &str| {
-        let mut map = Map::new();
-        map.insert(format!("!!{t}"), Value::String(s.to_owned()));
-        Value::Object(map)
-    };
-    if TRUE.contains(&s) {
-        Value::Bool(true)
-    } else if FALSE.contains(&s) {
-        Value::Bool(false)
-    } else if matches!(s, "" | "~" | "null" | "Null" | "NULL") {
-        Value::Null
-    } else if is_yaml11_int(s) {
-        int_value(s).map_or_else(|| tag("int"), Value::Number)
-    } else if is_yaml11_float(s) {
-        float_value(s).map_or_else(|| tag("float"), Value::Number)
-    } else if is_yaml11_timestamp(s) {
-        tag("timestamp")
-    } else if s == "<<" {
-        tag("merge")
-    } else if s == "=" {
-        tag("value")
-    } else if matches!(s, "!" | "&" | "*") {
-        tag("yaml")
-    } else {
-        Value::String(s.to_owned())
+    match cp_api::yaml11_types::resolve_plain(s) {
+        Value::Object(m) if m.contains_key("!!int") => {
+            int_value(s).map_or(Value::Object(m), Value::Number)
+        }
+        Value::Object(m) if m.contains_key("!!float") => {
+            float_value(s).map_or(Value::Object(m), Value::Number)
+        }
+        other => other,
     }
 }
 
@@ -704,183 +681,6 @@ fn float_value(s: &str) -> Option<Number> {
         body.parse::<f64>().ok()?
     };
     Number::from_f64(value)
-}
-
-/// A cursor over a scalar for hand-written versions of YAML 1.1's resolution regexes.
-struct Cur {
-    chars: Vec<char>,
-    at: usize,
-}
-
-impl Cur {
-    fn new(s: &str) -> Self {
-        Self {
-            chars: s.chars().collect(),
-            at: 0,
-        }
-    }
-    fn eat(&mut self, f: impl Fn(char) -> bool) -> bool {
-        match self.chars.get(self.at) {
-            Some(&c) if f(c) => {
-                self.at += 1;
-                true
-            }
-            _ => false,
-        }
-    }
-    fn ch(&mut self, c: char) -> bool {
-        self.eat(|x| x == c)
-    }
-    fn word(&mut self, w: &str) -> bool {
-        let start = self.at;
-        if w.chars().all(|c| self.ch(c)) {
-            true
-        } else {
-            self.at = start;
-            false
-        }
-    }
-    fn many(&mut self, f: impl Fn(char) -> bool) -> usize {
-        let mut n = 0;
-        while self.eat(&f) {
-            n += 1;
-        }
-        n
-    }
-    fn sign(&mut self) {
-        self.eat(|c| c == '-' || c == '+');
-    }
-    fn end(&self) -> bool {
-        self.at == self.chars.len()
-    }
-    /// `(:[0-5]?[0-9])+`
-    fn sexagesimal(&mut self) -> bool {
-        let mut groups = 0;
-        while self.ch(':') {
-            let two = matches!(
-                (self.chars.get(self.at), self.chars.get(self.at + 1)),
-                (Some('0'..='5'), Some('0'..='9'))
-            );
-            if two {
-                self.at += 2;
-            } else if !self.eat(digit) {
-                return false;
-            }
-            groups += 1;
-        }
-        groups > 0
-    }
-    /// `[0-9][0-9]?`
-    fn one_or_two_digits(&mut self) -> bool {
-        self.eat(digit) && {
-            self.eat(digit);
-            true
-        }
-    }
-    fn digits(&mut self, n: usize) -> bool {
-        (0..n).all(|_| self.eat(digit))
-    }
-}
-
-fn digit(c: char) -> bool {
-    c.is_ascii_digit()
-}
-
-fn matches(s: &str, pattern: impl Fn(&mut Cur) -> bool) -> bool {
-    let mut cur = Cur::new(s);
-    pattern(&mut cur) && cur.end()
-}
-
-fn is_yaml11_int(s: &str) -> bool {
-    let binary = |c: &mut Cur| {
-        c.sign();
-        c.word("0b") && c.many(|x| matches!(x, '0' | '1' | '_')) > 0
-    };
-    let octal = |c: &mut Cur| {
-        c.sign();
-        c.ch('0') && c.many(|x| matches!(x, '0'..='7' | '_')) > 0
-    };
-    let decimal = |c: &mut Cur| {
-        c.sign();
-        c.ch('0')
-            || (c.eat(|x| matches!(x, '1'..='9')) && {
-                c.many(|x| digit(x) || x == '_');
-                true
-            })
-    };
-    let hex = |c: &mut Cur| {
-        c.sign();
-        c.word("0x") && c.many(|x| x.is_ascii_hexdigit() || x == '_') > 0
-    };
-    let sexagesimal = |c: &mut Cur| {
-        c.sign();
-        c.eat(|x| matches!(x, '1'..='9')) && {
-            c.many(|x| digit(x) || x == '_');
-            c.sexagesimal()
-        }
-    };
-    matches(s, binary)
-        || matches(s, octal)
-        || matches(s, decimal)
-        || matches(s, hex)
-        || matches(s, sexagesimal)
-}
-
-fn is_yaml11_float(s: &str) -> bool {
-    let base10 = |c: &mut Cur| {
-        c.sign();
-        if c.eat(digit) {
-            c.many(|x| digit(x) || x == '_');
-        }
-        c.ch('.') && {
-            c.many(|x| digit(x) || x == '.');
-            !c.eat(|x| x == 'e' || x == 'E')
-                || (c.eat(|x| x == '-' || x == '+') && c.many(digit) > 0)
-        }
-    };
-    let sexagesimal = |c: &mut Cur| {
-        c.sign();
-        c.eat(digit) && {
-            c.many(|x| digit(x) || x == '_');
-            c.sexagesimal() && c.ch('.') && {
-                c.many(|x| digit(x) || x == '_');
-                true
-            }
-        }
-    };
-    let inf = |c: &mut Cur| {
-        c.sign();
-        c.word(".inf") || c.word(".Inf") || c.word(".INF")
-    };
-    let nan = |c: &mut Cur| c.word(".nan") || c.word(".NaN") || c.word(".NAN");
-    matches(s, base10) || matches(s, sexagesimal) || matches(s, inf) || matches(s, nan)
-}
-
-fn is_yaml11_timestamp(s: &str) -> bool {
-    let ymd = |c: &mut Cur| c.digits(4) && c.ch('-') && c.digits(2) && c.ch('-') && c.digits(2);
-    let full = |c: &mut Cur| {
-        let date =
-            c.digits(4) && c.ch('-') && c.one_or_two_digits() && c.ch('-') && c.one_or_two_digits();
-        let separator = c.eat(|x| x == 'T' || x == 't') || c.many(|x| x == ' ' || x == '\t') > 0;
-        let time = c.one_or_two_digits() && c.ch(':') && c.digits(2) && c.ch(':') && c.digits(2);
-        if !(date && separator && time) {
-            return false;
-        }
-        if c.ch('.') {
-            c.many(digit);
-        }
-        // The spec's regex allows blanks only before `Z`, its own example and PyYAML also before
-        // an offset: accept both.
-        c.many(|x| x == ' ' || x == '\t');
-        if c.ch('Z') {
-            return true;
-        }
-        if c.eat(|x| x == '-' || x == '+') {
-            return c.one_or_two_digits() && (!c.ch(':') || c.digits(2));
-        }
-        true
-    };
-    matches(s, ymd) || matches(s, full)
 }
 
 #[cfg(test)]
