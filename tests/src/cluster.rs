@@ -342,49 +342,37 @@ impl ControlPlane {
         } else {
             "garbage-collector-controller,namespace-controller,serviceaccount-controller"
         };
+        // What the controller manager and the scheduler share: the API server as seen from where they
+        // run, an admin identity, loopback serving, no leader election.
+        let component_args = |port: u16| {
+            let kc = d("admin-internal.kubeconfig");
+            vec![
+                format!("--kubeconfig={kc}"),
+                format!("--authentication-kubeconfig={kc}"),
+                format!("--authorization-kubeconfig={kc}"),
+                "--bind-address=127.0.0.1".to_string(),
+                format!("--secure-port={port}"),
+                "--leader-elect=false".into(),
+                "--v=1".into(),
+            ]
+        };
+        let mut kcm_args = component_args(kcm_port);
+        kcm_args.extend([
+            format!("--service-account-private-key-file={}", d("sa.key")),
+            format!("--root-ca-file={}", d("serving-ca.crt")),
+            format!("--cert-dir={}", d("kcm-certs")),
+            format!("--controllers={controllers}"),
+        ]);
         cp.spawn_component(
             "kube-controller-manager",
             bins.join("kube-controller-manager"),
-            vec![
-                format!("--kubeconfig={}", d("admin-internal.kubeconfig")),
-                format!(
-                    "--authentication-kubeconfig={}",
-                    d("admin-internal.kubeconfig")
-                ),
-                format!(
-                    "--authorization-kubeconfig={}",
-                    d("admin-internal.kubeconfig")
-                ),
-                format!("--service-account-private-key-file={}", d("sa.key")),
-                format!("--root-ca-file={}", d("serving-ca.crt")),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={kcm_port}"),
-                format!("--cert-dir={}", d("kcm-certs")),
-                "--leader-elect=false".into(),
-                format!("--controllers={controllers}"),
-                "--v=1".into(),
-            ],
+            kcm_args,
         )?;
         if opts.netns.is_some() {
-            let port = scheduler_port;
             cp.spawn_component(
                 "kube-scheduler",
                 bins.join("kube-scheduler"),
-                vec![
-                    format!("--kubeconfig={}", d("admin-internal.kubeconfig")),
-                    format!(
-                        "--authentication-kubeconfig={}",
-                        d("admin-internal.kubeconfig")
-                    ),
-                    format!(
-                        "--authorization-kubeconfig={}",
-                        d("admin-internal.kubeconfig")
-                    ),
-                    "--bind-address=127.0.0.1".into(),
-                    format!("--secure-port={port}"),
-                    "--leader-elect=false".into(),
-                    "--v=1".into(),
-                ],
+                component_args(scheduler_port),
             )?;
         }
         Ok(cp)

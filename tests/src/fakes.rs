@@ -33,7 +33,7 @@ pub async fn play_btp_operator(
 ) -> anyhow::Result<()> {
     let binding = cp_api::names::service_binding_name(cr, ns);
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), ns, &binding_resource());
-    crate::wait::until("the ServiceBinding", Duration::from_secs(15), || {
+    let found = crate::wait::until("the ServiceBinding", Duration::from_secs(15), || {
         let (api, binding) = (api.clone(), binding.clone());
         async move { api.get_opt(&binding).await.map_err(|e| e.to_string()) }
     })
@@ -50,23 +50,8 @@ pub async fn play_btp_operator(
     let key = json!({"clientid": "cid", "clientsecret": "very-secret-value", "subaccount_id": subaccount,
         "subaccount_subdomain": subdomain, "uaadomain": crate::CA_ENDPOINT_UAADOMAIN,
         "connectivity_service": {"CAs_path": "/api/v1/CAs", "url": url}});
-    let secret_name = cp_api::names::binding_secret_name(cr, ns);
-    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret_name, "namespace": ns},
-        "stringData": {"service_key": key.to_string()}});
-    Api::<Secret>::namespaced(admin.clone(), ns)
-        .patch(
-            &secret_name,
-            &PatchParams::apply("btp-operator").force(),
-            &Patch::Apply(&secret),
-        )
-        .await
-        .context("writing the binding's Secret")?;
-    let status = json!({"status": {"ready": "True", "conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned",
-        "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
-    let after = api
-        .patch_status(&binding, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .context("marking the binding Ready")?;
+    act_on_binding(admin, &found, &|_, _| key.clone()).await?;
+    let after = api.get(&binding).await?;
     anyhow::ensure!(
         after.data["status"]["conditions"][0]["status"] == "True",
         "binding status not kept: {:?}",
