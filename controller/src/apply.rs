@@ -1,8 +1,6 @@
 //! Applying desired objects with server-side apply, skipping objects that already match (so a
 //! steady state issues no writes), and pruning managed objects that are no longer desired.
 
-use std::collections::BTreeSet;
-
 use cp_api::names;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -131,7 +129,84 @@ fn d_ns(d: &Desired) -> &str {
     d.namespace.as_deref().unwrap_or("")
 }
 
-/// Applies objects and counts the writes it makes.
+fn api(client: &Client, kind: Kind, namespace: Option<&str>) -> Api<DynamicObject> {
+    let ar = kind.api_resource();
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    }
+}
+
+/// Reads one object from the API.
+pub async fn read(
+    client: &Client,
+    kind: Kind,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Option<DynamicObject>, Error> {
+    let what = format!("reading {} {name}", kind.api_resource().kind);
+    api(client, kind, namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| match (e, namespace) {
+            (kube::Error::Api(s), Some(ns)) if s.code == 403 => forbidden_namespace(&what, ns),
+            (e, _) => Error::kube(what, e),
+        })
+}
+
+/// Lists the managed objects of one kind in one scope that belong to the CR `owner` (`namespace/name`).
+pub async fn list_owned(
+    client: &Client,
+    kind: Kind,
+    namespace: Option<&str>,
+    owner: (&str, &str),
+) -> Result<Vec<DynamicObject>, Error> {
+    let selector = format!(
+        "{}={},{}={},{}={}",
+        names::LABEL_MANAGED_BY,
+        names::MANAGED_BY_VALUE,
+        names::LABEL_OWNER_NAMESPACE,
+        owner.0,
+        names::LABEL_OWNER_NAME,
+        owner.1
+    );
+    let plural = kind.api_resource().plural;
+    api(client, kind, namespace)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map(|l| l.items)
+        .map_err(|e| {
+            Error::kube(
+                match namespace {
+                    Some(ns) => format!("listing {plural} in {ns}"),
+                    None => format!("listing {plural}"),
+                },
+                e,
+            )
+        })
+}
+
+/// Why `d` must be applied over `live` (`None`: it matches, nothing to write).
+pub fn apply_reason(d: &Desired, live: Option<&DynamicObject>) -> Option<String> {
+    match live {
+        None => Some("absent".into()),
+        Some(live) => {
+            let live = serde_json::to_value(live).unwrap_or(Value::Null);
+            mismatch(&with_hash(d), &live, "").map(|path| format!("{path} differs"))
+        }
+    }
+}
+
+/// The error for an object that exists under a desired name but was not created by the operator.
+pub fn not_ours(d: &Desired) -> Error {
+    let kind = d.kind.api_resource().kind;
+    Error::NotOurs(match d.namespace.as_deref() {
+        Some(ns) => format!("{kind} {ns}/{}", d.name),
+        None => format!("{kind} {}", d.name),
+    })
+}
+
+/// Writes with server-side apply (one field manager) and deletes.
 pub struct Applier {
     client: Client,
 }
@@ -142,58 +217,23 @@ impl Applier {
         Self { client }
     }
 
-    fn api(&self, kind: Kind, namespace: Option<&str>) -> Api<DynamicObject> {
-        let ar = kind.api_resource();
-        match namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
-            None => Api::all_with(self.client.clone(), &ar),
-        }
-    }
-
-    /// Reads the live object.
-    pub async fn get(
-        &self,
-        kind: Kind,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Option<DynamicObject>, Error> {
-        let what = format!("reading {} {name}", kind.api_resource().kind);
-        self.api(kind, namespace)
-            .get_opt(name)
-            .await
-            .map_err(|e| match (e, namespace) {
-                (kube::Error::Api(s), Some(ns)) if s.code == 403 => forbidden_namespace(&what, ns),
-                (e, _) => Error::kube(what, e),
-            })
-    }
-
-    /// Applies `d` unless the live object already matches; returns whether it wrote.
-    pub async fn ensure(&self, d: &Desired) -> Result<bool, Error> {
-        let body = with_hash(d);
-        let live = self.get(d.kind, d.namespace.as_deref(), &d.name).await?;
-        if let Some(l) = &live
-            && l.labels().get(names::LABEL_MANAGED_BY).map(String::as_str)
-                != Some(names::MANAGED_BY_VALUE)
+    /// Applies `d`; returns whether it wrote. When the caches did not hold it (`confirm_absent`), the
+    /// API is asked first: an object of that name that the operator did not create is never written
+    /// ([`Error::NotOurs`]), and one that already matches is left alone.
+    pub async fn apply(&self, d: &Desired, confirm_absent: bool) -> Result<bool, Error> {
+        if confirm_absent
+            && let Some(l) = read(&self.client, d.kind, d.namespace.as_deref(), &d.name).await?
         {
-            let kind = d.kind.api_resource().kind;
-            return Err(Error::NotOurs(match d.namespace.as_deref() {
-                Some(ns) => format!("{kind} {ns}/{}", d.name),
-                None => format!("{kind} {}", d.name),
-            }));
-        }
-        let why = match live {
-            Some(live) => {
-                let live = serde_json::to_value(&live).unwrap_or(Value::Null);
-                match mismatch(&body, &live, "") {
-                    None => return Ok(false),
-                    Some(path) => format!("{path} differs"),
-                }
+            if !crate::cache::is_managed(l.labels()) {
+                return Err(not_ours(d));
             }
-            None => "absent".to_string(),
-        };
-        tracing::info!(kind = %d.kind.api_resource().kind, name = %d.name, why = %why, "applying");
+            if apply_reason(d, Some(&l)).is_none() {
+                return Ok(false);
+            }
+        }
+        let body = with_hash(d);
         let what = format!("applying {} {}", d.kind.api_resource().kind, d.name);
-        self.api(d.kind, d.namespace.as_deref())
+        api(&self.client, d.kind, d.namespace.as_deref())
             .patch(
                 &d.name,
                 &PatchParams::apply(names::FIELD_MANAGER).force(),
@@ -215,75 +255,6 @@ impl Applier {
         Ok(true)
     }
 
-    /// Every managed object of `kinds` that belongs to the CR `owner` (`namespace/name`), looked up in
-    /// `namespaces` (namespaced kinds) and cluster-wide (cluster-scoped kinds): the controller may list
-    /// namespaced objects only where its RoleBindings are.
-    pub async fn owned(
-        &self,
-        kinds: &[Kind],
-        owner: (&str, &str),
-        namespaces: &[String],
-    ) -> Result<Vec<(Kind, DynamicObject)>, Error> {
-        let selector = format!(
-            "{}={},{}={},{}={}",
-            names::LABEL_MANAGED_BY,
-            names::MANAGED_BY_VALUE,
-            names::LABEL_OWNER_NAMESPACE,
-            owner.0,
-            names::LABEL_OWNER_NAME,
-            owner.1
-        );
-        let mut out = Vec::new();
-        let cluster = [None];
-        let spaces: Vec<Option<&str>> = namespaces.iter().map(|n| Some(n.as_str())).collect();
-        for &kind in kinds {
-            let scopes = if kind.namespaced() {
-                &spaces[..]
-            } else {
-                &cluster[..]
-            };
-            for &ns in scopes {
-                let list = self
-                    .api(kind, ns)
-                    .list(&ListParams::default().labels(&selector))
-                    .await
-                    .map_err(|e| {
-                        let plural = kind.api_resource().plural;
-                        Error::kube(
-                            match ns {
-                                Some(ns) => format!("listing {plural} in {ns}"),
-                                None => format!("listing {plural}"),
-                            },
-                            e,
-                        )
-                    })?;
-                out.extend(list.items.into_iter().map(|o| (kind, o)));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Deletes managed objects of `kinds` owned by `owner` that are not in `keep`; returns how many.
-    pub async fn prune(
-        &self,
-        kinds: &[Kind],
-        owner: (&str, &str),
-        namespaces: &[String],
-        keep: &BTreeSet<(Kind, Option<String>, String)>,
-    ) -> Result<usize, Error> {
-        let mut deleted = 0;
-        for (kind, obj) in self.owned(kinds, owner, namespaces).await? {
-            let key = (kind, obj.namespace(), obj.name_any());
-            if keep.contains(&key) {
-                continue;
-            }
-            self.delete(kind, obj.namespace().as_deref(), &obj.name_any())
-                .await?;
-            deleted += 1;
-        }
-        Ok(deleted)
-    }
-
     /// Deletes one object (absent is fine).
     pub async fn delete(
         &self,
@@ -291,8 +262,7 @@ impl Applier {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<(), Error> {
-        match self
-            .api(kind, namespace)
+        match api(&self.client, kind, namespace)
             .delete(name, &DeleteParams::background())
             .await
         {

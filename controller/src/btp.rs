@@ -5,8 +5,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use cp_api::{ConnectivityProxy, names};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DynamicObject};
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
 use crate::Error;
@@ -93,80 +93,31 @@ fn binding_ready(binding: &DynamicObject) -> Result<(), String> {
     }
 }
 
-/// Works out the service key for `cr`.
-pub async fn service_key(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome, Error> {
-    let ns = cr.namespace().unwrap_or_default();
-    let cr_name = cr.name_any();
+/// Where the service key is read from: the BTP operator's Secret of the binding (auto-provision) or
+/// the user's Secret, in the CR's namespace; `None` when the CR carries the key itself (`secretData`).
+pub fn key_source(cr: &ConnectivityProxy) -> Option<String> {
     let (secret_name, secret_data) = cr.spec.connectivity_secret();
     if names::is_auto_provision(Some(&secret_name)) {
-        let instance = names::service_instance_name(&cr_name, &ns);
-        let binding = names::service_binding_name(&cr_name, &ns);
-        let binding_secret = names::binding_secret_name(&cr_name, &ns);
-        let key_name = credentials_key(cr);
-        let mut objects = vec![
-            object(
-                cr,
-                Kind::ServiceInstance,
-                Some(&ns),
-                &instance,
-                json!({"spec": {
-                    "serviceOfferingName": "connectivity", "servicePlanName": "connectivity_proxy",
-                    "externalName": instance,
-                }}),
-            ),
-            object(
-                cr,
-                Kind::ServiceBinding,
-                Some(&ns),
-                &binding,
-                json!({"spec": {
-                    "serviceInstanceName": instance, "secretName": binding_secret, "secretKey": key_name,
-                    "externalName": binding,
-                }}),
-            ),
-        ];
-        let live = Api::<DynamicObject>::namespaced_with(
-            client.clone(),
-            &ns,
-            &Kind::ServiceBinding.api_resource(),
-        )
-        .get_opt(&binding)
-        .await
-        .map_err(|e| Error::kube("reading the ServiceBinding", e))?;
-        let waiting = match live.as_ref().map(binding_ready) {
-            None => Some(format!("ServiceBinding {binding} is being created")),
-            Some(Err(msg)) => Some(msg),
-            Some(Ok(())) => None,
-        };
-        if waiting.is_some() {
-            return Ok(Outcome {
-                objects,
-                key: None,
-                waiting,
-            });
-        }
-        let secret = Api::<Secret>::namespaced(client.clone(), &ns)
-            .get_opt(&binding_secret)
-            .await
-            .map_err(|e| Error::kube("reading the ServiceBinding's Secret", e))?;
-        let content = secret
-            .and_then(|s| s.data)
-            .and_then(|d| d.get(&key_name).map(|b| b.0.clone()));
-        let Some(content) = content else {
-            return Ok(Outcome {
-                objects,
-                key: None,
-                waiting: Some(format!(
-                    "Secret {binding_secret} of ServiceBinding {binding} has no key {key_name} yet"
-                )),
-            });
-        };
-        objects.push(key_secret(cr, &ns, names::SECRET_SERVICE_KEY, &content));
-        return Ok(Outcome {
-            objects,
-            key: Some(ServiceKey::parse(content)),
-            waiting: None,
-        });
+        return Some(names::binding_secret_name(
+            &cr.name_any(),
+            &cr.namespace().unwrap_or_default(),
+        ));
+    }
+    secret_data.is_none().then_some(secret_name)
+}
+
+/// Works out the service key for `cr` from the live ServiceBinding and the Secret named by
+/// [`key_source`] (pure).
+pub fn service_key(
+    cr: &ConnectivityProxy,
+    binding: Option<&DynamicObject>,
+    secret: Option<&Secret>,
+) -> Result<Outcome, Error> {
+    let ns = cr.namespace().unwrap_or_default();
+    let (secret_name, secret_data) = cr.spec.connectivity_secret();
+    let key_name = credentials_key(cr);
+    if names::is_auto_provision(Some(&secret_name)) {
+        return Ok(from_binding(cr, &ns, &key_name, binding, secret));
     }
     if let Some(data) = secret_data {
         // Validated by the CRD's base64 pattern; a key that still does not decode is reported.
@@ -182,13 +133,8 @@ pub async fn service_key(client: &Client, cr: &ConnectivityProxy) -> Result<Outc
             waiting: None,
         });
     }
-    // A Secret the user manages: read it for the subaccount values, never write it.
-    let secret = Api::<Secret>::namespaced(client.clone(), &ns)
-        .get_opt(&secret_name)
-        .await
-        .map_err(|e| Error::kube(format!("reading Secret {secret_name}"), e))?;
-    let key_name = credentials_key(cr);
-    let content = secret.and_then(|s| s.data).and_then(|d| {
+    // A Secret the user manages: read for the subaccount values, never written.
+    let content = secret.and_then(|s| s.data.as_ref()).and_then(|d| {
         d.get(&key_name)
             .or_else(|| d.get(names::SECRET_SERVICE_KEY_KEY))
             .map(|b| b.0.clone())
@@ -198,6 +144,67 @@ pub async fn service_key(client: &Client, cr: &ConnectivityProxy) -> Result<Outc
         key: content.map(ServiceKey::parse),
         waiting: None,
     })
+}
+
+fn from_binding(
+    cr: &ConnectivityProxy,
+    ns: &str,
+    key_name: &str,
+    binding: Option<&DynamicObject>,
+    secret: Option<&Secret>,
+) -> Outcome {
+    let cr_name = cr.name_any();
+    let instance = names::service_instance_name(&cr_name, ns);
+    let binding_name = names::service_binding_name(&cr_name, ns);
+    let binding_secret = names::binding_secret_name(&cr_name, ns);
+    let mut objects = vec![
+        object(
+            cr,
+            Kind::ServiceInstance,
+            Some(ns),
+            &instance,
+            json!({"spec": {
+                "serviceOfferingName": "connectivity", "servicePlanName": "connectivity_proxy",
+                "externalName": instance,
+            }}),
+        ),
+        object(
+            cr,
+            Kind::ServiceBinding,
+            Some(ns),
+            &binding_name,
+            json!({"spec": {
+                "serviceInstanceName": instance, "secretName": binding_secret, "secretKey": key_name,
+                "externalName": binding_name,
+            }}),
+        ),
+    ];
+    let waiting = match binding.map(binding_ready) {
+        None => Some(format!("ServiceBinding {binding_name} is being created")),
+        Some(Err(msg)) => Some(msg),
+        Some(Ok(())) => None,
+    };
+    let content = secret
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| d.get(key_name).map(|b| b.0.clone()));
+    let (key, waiting) = match (waiting, content) {
+        (Some(w), _) => (None, Some(w)),
+        (None, None) => (
+            None,
+            Some(format!(
+                "Secret {binding_secret} of ServiceBinding {binding_name} has no key {key_name} yet"
+            )),
+        ),
+        (None, Some(content)) => {
+            objects.push(key_secret(cr, ns, names::SECRET_SERVICE_KEY, &content));
+            (Some(ServiceKey::parse(content)), None)
+        }
+    };
+    Outcome {
+        objects,
+        key,
+        waiting,
+    }
 }
 
 #[cfg(test)]

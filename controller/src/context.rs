@@ -31,6 +31,8 @@ pub struct Ctx {
     pub client: Client,
     /// Applies desired objects.
     pub applier: Applier,
+    /// The read caches of managed objects and the Secrets the controller reads.
+    pub cache: crate::cache::Cache,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Event recorder.
@@ -65,15 +67,7 @@ impl Ctx {
             .iter()
             .filter(|n| {
                 let crd = self.crds.get(&kube::runtime::reflector::ObjectRef::new(n));
-                !crd.is_some_and(|c| {
-                    c.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|cs| {
-                            cs.iter()
-                                .any(|c| c.type_ == "Established" && c.status == "True")
-                        })
-                })
+                !crd.is_some_and(|c| established(&c))
             })
             .map(|n| n.to_string())
             .collect()
@@ -91,4 +85,15 @@ impl Ctx {
     pub fn has_crd(&self, name: &str) -> bool {
         self.missing_crds(&[name]).is_empty()
     }
+}
+
+/// Whether a CRD is established (its API is served).
+pub fn established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
 }

@@ -57,7 +57,7 @@ pub async fn reconcile_deletion(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Act
     let ns = cr.namespace().unwrap_or_default();
     let name = cr.name_any();
     for (kind, obj) in ctx
-        .applier
+        .cache
         .owned(
             &ctx.available_kinds(),
             (&ns, &name),

@@ -4,16 +4,19 @@
 
 pub mod apply;
 pub mod btp;
+pub mod cache;
 pub mod certificates;
 pub mod connectivity_ca;
 pub mod context;
 pub mod deletion;
 pub mod desired;
+pub mod gather;
 pub mod leader;
 pub mod mappings;
 pub mod metrics;
 pub mod migration;
 pub mod module_owner;
+pub mod plan;
 pub mod pods;
 pub mod reconcile;
 pub mod status;

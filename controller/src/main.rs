@@ -18,8 +18,7 @@ use cp_controller::leader::{self, LeaseConfig};
 use cp_controller::metrics::Metrics;
 use cp_controller::reconcile::{error_policy, reconcile};
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -258,20 +257,21 @@ async fn run() -> anyhow::Result<()> {
         reflected::<CustomResourceDefinition>(Api::all(client.clone()), watcher::Config::default());
     let (mappings, mapping_stream) =
         reflected::<ServiceMapping>(Api::all(client.clone()), watcher::Config::default());
-    let managed = watcher::Config::default().labels(&format!(
-        "{}={}",
-        names::LABEL_MANAGED_BY,
-        names::MANAGED_BY_VALUE
-    ));
     let controller = Controller::new(
         Api::<ConnectivityProxy>::all(client.clone()),
         watcher::Config::default(),
     );
     let proxies = controller.store();
     let (shoot_store, shoot_writer) = reflector::store::<ConfigMap>();
+    // Every managed kind is cached and watched (label-selected, where the RBAC lets the controller
+    // read: kyma-system, istio-system, cluster scope), each event mapped to its CR through the owner
+    // labels: drift anywhere is repaired within seconds, and a steady reconcile reads nothing but its CR.
+    let (trigger, triggered) = futures::channel::mpsc::channel::<ObjectRef<ConnectivityProxy>>(256);
+    let cache = cp_controller::cache::Cache::start(client.clone(), crds.clone(), trigger);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         applier: Applier::new(client.clone()),
+        cache,
         metrics: metrics.clone(),
         recorder: Recorder::new(
             client.clone(),
@@ -360,30 +360,18 @@ async fn run() -> anyhow::Result<()> {
     }
 
     let ready_flag = health.ready.clone();
-    // The stores decisions depend on: which CRDs exist (dependencies) and which ServiceMappings exist
-    // (aggregation, blocked deletion). The CR store feeds the reconciles themselves, and shoot-info is
-    // read from the API while its store has not seen it.
-    let (c, m) = (crds.clone(), mappings.clone());
+    // The stores decisions depend on: which CRDs exist (dependencies), which ServiceMappings exist
+    // (aggregation, blocked deletion) and shoot-info (the cluster domain). The CR store feeds the
+    // reconciles themselves; the managed caches confirm absence with the API until they have listed.
+    let (c, m, s) = (crds.clone(), mappings.clone(), ctx.shoot_info.clone());
     tokio::spawn(async move {
         let _ = c.wait_until_ready().await;
         let _ = m.wait_until_ready().await;
+        let _ = s.wait_until_ready().await;
         ready_flag.store(true, std::sync::atomic::Ordering::SeqCst);
     });
 
     let controller = controller
-        // Owned objects are watched where the controller may read them (its RoleBinding in kyma-system).
-        .owns(
-            Api::<StatefulSet>::namespaced(client.clone(), names::KYMA_SYSTEM),
-            managed.clone(),
-        )
-        .owns(
-            Api::<Service>::namespaced(client.clone(), names::KYMA_SYSTEM),
-            managed.clone(),
-        )
-        .owns(
-            Api::<ConfigMap>::namespaced(client.clone(), names::KYMA_SYSTEM),
-            managed.clone(),
-        )
         .watches_stream(crd_stream, move |crd| {
             if relevant_crd(crd.metadata.name.as_deref().unwrap_or_default()) {
                 all_for_crd()
@@ -393,7 +381,8 @@ async fn run() -> anyhow::Result<()> {
         })
         .watches_stream(mapping_stream, move |_| all_for_mapping())
         .watches_stream(shoot_info, move |_| all_for_shoot());
-    let run = watch_managed(controller, &client, &managed)
+    let run = controller
+        .reconcile_on(triggered)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {
@@ -417,68 +406,6 @@ async fn run() -> anyhow::Result<()> {
         run.await;
     }
     Ok(())
-}
-
-/// Every other managed kind is watched too (label-selected, where the RBAC lets the controller read:
-/// kyma-system, istio-system, and cluster scope for the PriorityClass), mapped to its CR through the
-/// owner labels (owner references cannot cross namespaces): drift anywhere, and the BTP operator's
-/// updates of the binding, are acted on within seconds rather than at the resync. Each watch runs in a
-/// task of its own and feeds one channel the controller reconciles on; where a kind's CRD is missing,
-/// its watch retries with backoff until it appears.
-fn watch_managed(
-    controller: Controller<ConnectivityProxy>,
-    client: &Client,
-    managed: &watcher::Config,
-) -> Controller<ConnectivityProxy> {
-    use cp_controller::desired::Kind;
-    fn owner(o: &kube::api::DynamicObject) -> Option<ObjectRef<ConnectivityProxy>> {
-        let labels = kube::ResourceExt::labels(o);
-        let name = labels.get(names::LABEL_OWNER_NAME)?;
-        let ns = labels.get(names::LABEL_OWNER_NAMESPACE)?;
-        Some(ObjectRef::new(name).within(ns))
-    }
-    let (tx, rx) = futures::channel::mpsc::channel::<ObjectRef<ConnectivityProxy>>(256);
-    for kind in Kind::ALL {
-        // StatefulSet, Service and ConfigMap are `owns`-watched (owner references, same namespace).
-        if matches!(kind, Kind::StatefulSet | Kind::Service | Kind::ConfigMap) {
-            continue;
-        }
-        let ar = kind.api_resource();
-        let scopes: &[Option<&str>] = if kind.namespaced() {
-            &[Some(names::KYMA_SYSTEM), Some(names::ISTIO_NAMESPACE)]
-        } else {
-            &[None]
-        };
-        for ns in scopes {
-            let api = match ns {
-                Some(ns) => {
-                    Api::<kube::api::DynamicObject>::namespaced_with(client.clone(), ns, &ar)
-                }
-                None => Api::<kube::api::DynamicObject>::all_with(client.clone(), &ar),
-            };
-            let (mut tx, cfg, plural) = (tx.clone(), managed.clone(), ar.plural.clone());
-            tokio::spawn(async move {
-                use futures::SinkExt;
-                let mut events =
-                    std::pin::pin!(watcher(api, cfg).default_backoff().touched_objects());
-                while let Some(event) = events.next().await {
-                    match event {
-                        Ok(o) => {
-                            if let Some(cr) = owner(&o)
-                                && tx.send(cr).await.is_err()
-                            {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            tracing::debug!(kind = %plural, error = %e, "watch of a managed kind")
-                        }
-                    }
-                }
-            });
-        }
-    }
-    controller.reconcile_on(rx)
 }
 
 fn reflected<K>(

@@ -1,11 +1,8 @@
 //! Operator upgrades: `spec.deployment` moves to this release's defaults; user fields stay.
 
 use cp_api::{ConnectivityProxy, defaults};
-use kube::api::{Api, Patch, PatchParams};
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
 use serde_json::{Value, json};
-
-use crate::Error;
 
 /// This release's `spec.deployment` defaults, optionally with an override merged over them
 /// (`--deployment-defaults-override`, for hotfix images and upgrade tests).
@@ -53,33 +50,19 @@ pub fn defaults_id(defaults: &Value) -> String {
     )
 }
 
-/// Moves `spec.deployment` to `release` defaults unless the CR already holds them; returns whether it wrote.
-pub async fn ensure_release_defaults(
-    client: &Client,
-    cr: &ConnectivityProxy,
-    release: &Value,
-) -> Result<bool, Error> {
+/// The merge patch moving `spec.deployment` to `release` defaults, unless the CR already holds them.
+pub fn release_patch(cr: &ConnectivityProxy, release: &Value) -> Option<Value> {
     let id = defaults_id(release);
     if cr.annotations().get(defaults::DEFAULTS_RELEASE_ANNOTATION) == Some(&id) {
-        return Ok(false);
+        return None;
     }
-    let current = serde_json::to_value(&cr.spec.deployment)?;
+    let current = serde_json::to_value(&cr.spec.deployment).unwrap_or(Value::Null);
     let mut deployment = release.clone();
     clear_missing(&current, &mut deployment);
-    let patch = json!({
+    Some(json!({
         "metadata": {"annotations": {defaults::DEFAULTS_RELEASE_ANNOTATION: id}},
         "spec": {"deployment": deployment},
-    });
-    Api::<ConnectivityProxy>::namespaced(client.clone(), &cr.namespace().unwrap_or_default())
-        .patch(
-            &cr.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map_err(|e| Error::kube("moving spec.deployment to this release's defaults", e))?;
-    tracing::info!(release = %id, "spec.deployment moved to this release's defaults");
-    Ok(true)
+    }))
 }
 
 #[cfg(test)]

@@ -43,6 +43,15 @@ pub fn object_namespaces(cr: &ConnectivityProxy) -> Vec<String> {
     out
 }
 
+/// Where objects of a kind live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// In a namespace.
+    Namespaced,
+    /// At cluster scope.
+    Cluster,
+}
+
 /// Every kind the controller manages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
@@ -147,9 +156,12 @@ impl Kind {
         }
     }
 
-    /// Whether objects of this kind live in a namespace.
-    pub fn namespaced(self) -> bool {
-        !matches!(self, Kind::PriorityClass)
+    /// Whether objects of this kind live in a namespace or at cluster scope.
+    pub fn scope(self) -> Scope {
+        match self {
+            Kind::PriorityClass => Scope::Cluster,
+            _ => Scope::Namespaced,
+        }
     }
 
     /// The CRD this kind needs, if it is not built into Kubernetes.

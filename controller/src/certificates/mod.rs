@@ -27,10 +27,13 @@ use time::format_description::well_known::Rfc3339;
 use crate::Error;
 use crate::metrics::Metrics;
 
+pub mod tunnel;
+pub use tunnel::{Provider, TunnelCertSettings, provider};
+
 const CA_CREATED: &str = "connectivityproxy.sap.com/ca-created-at";
 const LEAF_SWITCHED: &str = "connectivityproxy.sap.com/leaf-switched-at";
 
-fn text(data: &BTreeMap<String, k8s_openapi::ByteString>, key: &str) -> Option<String> {
+pub(crate) fn text(data: &BTreeMap<String, k8s_openapi::ByteString>, key: &str) -> Option<String> {
     data.get(key)
         .map(|b| String::from_utf8_lossy(&b.0).to_string())
         .filter(|s| !s.is_empty())
@@ -176,7 +179,7 @@ async fn ensure_secret(client: &Client, body: Value) -> Result<bool, Error> {
         body,
     };
     crate::apply::Applier::new(client.clone())
-        .ensure(&desired)
+        .apply(&desired, true)
         .await
 }
 
@@ -259,24 +262,13 @@ where
     Ok(())
 }
 
-fn observe(metrics: &Metrics, name: &str, pem: &str) {
+/// Records a certificate's expiry in `cp_certificate_expiry_timestamp_seconds{certificate=name}`.
+pub fn observe(metrics: &Metrics, name: &str, pem: &str) {
     if let Ok(info) = cp_certs::inspect(pem) {
         metrics
             .cert_expiry
             .with_label_values(&[name])
             .set(info.not_after.unix_timestamp());
-    }
-}
-
-/// Records the expiry of a tunnel certificate Gardener or cert-manager wrote into the TLS Secret, so
-/// that `cp_certificate_expiry_timestamp_seconds{certificate="tunnel"}` covers every provider (the fleet
-/// view counts certificates about to expire).
-fn observe_issued(live: Option<&Secret>, metrics: &Metrics) {
-    if let Some(pem) = live
-        .and_then(|s| s.data.as_ref())
-        .and_then(|d| text(d, "tls.crt"))
-    {
-        observe(metrics, "tunnel", &pem);
     }
 }
 
@@ -396,143 +388,6 @@ pub async fn run_webhook_certs(
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = notify.notified() => {}
-        }
-    }
-}
-
-/// Settings of the business-tunnel certificate.
-#[derive(Clone, Debug)]
-pub struct TunnelCertSettings {
-    /// Lifetime of the operator's own tunnel CA.
-    pub ca_lifetime: time::Duration,
-    /// Lifetime of the built-in tunnel certificate.
-    pub cert_lifetime: time::Duration,
-    /// cert-manager issuer (`Kind/name`, e.g. `ClusterIssuer/letsencrypt`) to use when cert-manager is installed.
-    pub cert_manager_issuer: Option<(String, String)>,
-    /// Key algorithm of the built-in certificates.
-    pub algorithm: cp_certs::KeyAlgorithm,
-}
-
-/// Which provider issues the tunnel certificate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Provider {
-    /// Gardener's cert-management (Kyma's clusters).
-    Gardener,
-    /// cert-manager with the configured issuer.
-    CertManager,
-    /// The operator's own CA.
-    BuiltIn,
-}
-
-/// Chooses the provider from the installed CRDs and the configuration.
-pub fn provider(
-    has_gardener: bool,
-    has_cert_manager: bool,
-    settings: &TunnelCertSettings,
-) -> Provider {
-    if has_gardener {
-        Provider::Gardener
-    } else if has_cert_manager && settings.cert_manager_issuer.is_some() {
-        Provider::CertManager
-    } else {
-        Provider::BuiltIn
-    }
-}
-
-/// The desired objects for the tunnel certificate and when to look again (built-in renewals).
-pub async fn tunnel_objects(
-    client: &Client,
-    cr: &cp_api::ConnectivityProxy,
-    resolved: &crate::desired::Resolved,
-    provider: Provider,
-    settings: &TunnelCertSettings,
-    metrics: &Metrics,
-    live_tls: Option<&Secret>,
-) -> Result<(Vec<crate::desired::Desired>, Option<OffsetDateTime>), Error> {
-    use crate::desired::{Kind, object};
-    if !resolved.tls_auto {
-        return Ok((vec![], None));
-    }
-    let host = resolved.external_host.clone();
-    let dns = vec![host.clone(), format!("*.{host}")];
-    let ns = resolved.istio_namespace.as_str();
-    let secret = resolved.tls_secret.as_str();
-    if provider != Provider::BuiltIn {
-        observe_issued(live_tls, metrics);
-    }
-    match provider {
-        Provider::Gardener => Ok((
-            vec![object(
-                cr,
-                Kind::GardenerCertificate,
-                Some(ns),
-                secret,
-                json!({"spec": {"commonName": host, "dnsNames": dns, "secretRef": {"name": secret, "namespace": ns}}}),
-            )],
-            None,
-        )),
-        Provider::CertManager => {
-            let (kind, name) = settings.cert_manager_issuer.clone().unwrap_or_default();
-            Ok((
-                vec![object(
-                    cr,
-                    Kind::CertManagerCertificate,
-                    Some(ns),
-                    secret,
-                    json!({"spec": {"secretName": secret, "commonName": host, "dnsNames": dns,
-                        "issuerRef": {"group": "cert-manager.io", "kind": kind, "name": name}}}),
-                )],
-                None,
-            ))
-        }
-        Provider::BuiltIn => {
-            let cr_ns = cr.namespace().unwrap_or_default();
-            let ca_secret = Api::<Secret>::namespaced(client.clone(), &cr_ns)
-                .get_opt(names::TUNNEL_CA_SECRET)
-                .await
-                .map_err(|e| Error::kube("reading the tunnel CA Secret", e))?;
-            let leaf_secret = live_tls.cloned();
-            let spec = Spec {
-                ca_common_name: format!("connectivity-proxy-tunnel-ca-{cr_ns}"),
-                common_name: host.clone(),
-                dns_names: dns,
-                ips: vec![],
-                ca_policy: Policy::new(settings.ca_lifetime),
-                leaf_policy: Policy::new(settings.cert_lifetime),
-                propagation: time::Duration::ZERO,
-                algorithm: settings.algorithm,
-            };
-            let plan = rotation::plan(
-                OffsetDateTime::now_utc(),
-                &state_from(ca_secret.as_ref(), leaf_secret.as_ref()),
-                &spec,
-            )
-            .map_err(|e| {
-                metrics.cert_failures.with_label_values(&["tunnel"]).inc();
-                Error::Certificate(e.to_string())
-            })?;
-            if plan.leaf_rotated {
-                metrics.cert_rotations.with_label_values(&["tunnel"]).inc();
-                tracing::info!(host = %host, "business tunnel certificate issued");
-            }
-            if let Some(leaf) = &plan.state.leaf {
-                observe(metrics, "tunnel", &leaf.cert_pem);
-            }
-            let ca_body = ca_secret_content(&plan);
-            let leaf_body = leaf_secret_content(&plan);
-            Ok((
-                vec![
-                    object(
-                        cr,
-                        Kind::Secret,
-                        Some(&cr_ns),
-                        names::TUNNEL_CA_SECRET,
-                        ca_body,
-                    ),
-                    object(cr, Kind::Secret, Some(ns), secret, leaf_body),
-                ],
-                Some(plan.next),
-            ))
         }
     }
 }

@@ -1,0 +1,280 @@
+//! What the controller reads, served from watch caches: a steady-state reconcile makes no reads of its
+//! own besides the quorum GET of the CR.
+//!
+//! - **Managed objects**: one reflector store per managed kind and scope (kyma-system, the default Istio
+//!   namespace, cluster scope), label-selected on `app.kubernetes.io/managed-by`. Every event also
+//!   wakes the CR named in the object's owner labels, so drift anywhere is repaired within seconds.
+//! - **Foreign Secrets** the controller reads but does not own (the BTP operator's binding Secret, a
+//!   user's service-key Secret, a tunnel Secret issued by Gardener or cert-manager): a watch on exactly
+//!   that name, started on first use; it wakes the CR that asked.
+//! - Anything else, or anything a cache does not hold yet, is read from the API ([`Cache::live`]): a
+//!   name absent from the managed cache may still be taken by an object that is not ours, or the cache
+//!   may not have listed yet, so absence is always confirmed.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use cp_api::{ConnectivityProxy, names};
+use futures::{FutureExt, SinkExt, StreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+
+use crate::Error;
+use crate::desired::{Kind, Scope};
+
+/// Wakes a CR's reconcile.
+pub type Trigger = futures::channel::mpsc::Sender<ObjectRef<ConnectivityProxy>>;
+
+/// The namespaces whose managed objects are cached (where the controller's RoleBindings are).
+pub const CACHED_NAMESPACES: [&str; 2] = [names::KYMA_SYSTEM, names::ISTIO_NAMESPACE];
+
+/// Identity of one object: kind, namespace (`None` for cluster scope), name.
+pub type Key = (Kind, Option<String>, String);
+
+/// The controller's read caches.
+pub struct Cache {
+    client: Client,
+    crds: Store<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
+    managed: HashMap<(Kind, Option<String>), Store<DynamicObject>>,
+    foreign: Mutex<HashMap<(String, String), Store<Secret>>>,
+    trigger: Trigger,
+}
+
+/// The CR an object belongs to, from its owner labels (owner references cannot cross namespaces).
+pub fn owner_of(
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Option<ObjectRef<ConnectivityProxy>> {
+    let name = labels.get(names::LABEL_OWNER_NAME)?;
+    let ns = labels.get(names::LABEL_OWNER_NAMESPACE)?;
+    Some(ObjectRef::new(name).within(ns))
+}
+
+/// Whether `labels` mark an object as created by this operator.
+pub fn is_managed(labels: &std::collections::BTreeMap<String, String>) -> bool {
+    labels.get(names::LABEL_MANAGED_BY).map(String::as_str) == Some(names::MANAGED_BY_VALUE)
+}
+
+impl Cache {
+    /// Starts one label-selected watch per managed kind and scope; each event wakes the owning CR
+    /// through `trigger`. A kind whose CRD is missing retries with backoff until it appears.
+    pub fn start(
+        client: Client,
+        crds: Store<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
+        trigger: Trigger,
+    ) -> Self {
+        let managed_cfg = watcher::Config::default().labels(&format!(
+            "{}={}",
+            names::LABEL_MANAGED_BY,
+            names::MANAGED_BY_VALUE
+        ));
+        let mut managed = HashMap::new();
+        for kind in Kind::ALL {
+            let ar = kind.api_resource();
+            let scopes: Vec<Option<String>> = match kind.scope() {
+                Scope::Namespaced => CACHED_NAMESPACES
+                    .iter()
+                    .map(|n| Some(n.to_string()))
+                    .collect(),
+                Scope::Cluster => vec![None],
+            };
+            for ns in scopes {
+                let api = match &ns {
+                    Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar),
+                    None => Api::<DynamicObject>::all_with(client.clone(), &ar),
+                };
+                let writer = reflector::store::Writer::new(ar.clone());
+                managed.insert((kind, ns), writer.as_reader());
+                let events = reflector::reflector(
+                    writer,
+                    watcher(api, managed_cfg.clone())
+                        .modify(|o| cp_api::slim_for_cache(o.meta_mut())),
+                )
+                .default_backoff()
+                .touched_objects();
+                tokio::spawn(forward(
+                    events,
+                    trigger.clone(),
+                    ar.plural.clone(),
+                    |o: &DynamicObject| owner_of(o.labels()),
+                ));
+            }
+        }
+        Self {
+            client,
+            crds,
+            managed,
+            foreign: Mutex::default(),
+            trigger,
+        }
+    }
+
+    fn store(&self, kind: Kind, namespace: Option<&str>) -> Option<&Store<DynamicObject>> {
+        self.managed.get(&(kind, namespace.map(String::from)))
+    }
+
+    fn crd_missing(&self, kind: Kind) -> bool {
+        kind.crd().is_some_and(|crd| {
+            !self
+                .crds
+                .get(&ObjectRef::new(crd))
+                .is_some_and(|c| crate::context::established(&c))
+        })
+    }
+
+    /// The object as cached, else as read from the API (absence in a cache is always confirmed: the
+    /// name may be taken by an object that is not ours). `None` when it does not exist or its kind's
+    /// CRD is not installed.
+    pub async fn live(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<DynamicObject>, Error> {
+        let mut key = ObjectRef::new_with(name, kind.api_resource());
+        if let Some(ns) = namespace {
+            key = key.within(ns);
+        }
+        if let Some(o) = self.store(kind, namespace).and_then(|s| s.get(&key)) {
+            return Ok(Some((*o).clone()));
+        }
+        if self.crd_missing(kind) {
+            return Ok(None);
+        }
+        crate::apply::read(&self.client, kind, namespace, name).await
+    }
+
+    /// A Secret the controller reads, managed or not. Secrets it does not manage are watched by name
+    /// from their first read on (the watch wakes `for_cr`); until that watch has listed, the API is read.
+    pub async fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+        for_cr: &ConnectivityProxy,
+    ) -> Result<Option<Secret>, Error> {
+        let key = ObjectRef::new_with(name, Kind::Secret.api_resource()).within(namespace);
+        if let Some(o) = self
+            .store(Kind::Secret, Some(namespace))
+            .and_then(|s| s.get(&key))
+        {
+            return Ok(Some(typed(&o)?));
+        }
+        let store = self.foreign_store(namespace, name, for_cr);
+        if store.wait_until_ready().now_or_never().is_some() {
+            return Ok(store
+                .get(&ObjectRef::new(name).within(namespace))
+                .map(|s| (*s).clone()));
+        }
+        Api::<Secret>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::kube(format!("reading Secret {namespace}/{name}"), e))
+    }
+
+    fn foreign_store(
+        &self,
+        namespace: &str,
+        name: &str,
+        for_cr: &ConnectivityProxy,
+    ) -> Store<Secret> {
+        let Ok(mut foreign) = self.foreign.lock() else {
+            // A poisoned lock only loses the cache: an empty store is never ready, so the API is read.
+            return reflector::store::<Secret>().0;
+        };
+        let entry = (namespace.to_string(), name.to_string());
+        if let Some(s) = foreign.get(&entry) {
+            return s.clone();
+        }
+        let (store, writer) = reflector::store::<Secret>();
+        let api = Api::<Secret>::namespaced(self.client.clone(), namespace);
+        let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let events = reflector::reflector(writer, watcher(api, cfg))
+            .default_backoff()
+            .touched_objects();
+        let cr = ObjectRef::from_obj(for_cr);
+        tokio::spawn(forward(
+            events,
+            self.trigger.clone(),
+            "secrets".into(),
+            move |_: &Secret| Some(cr.clone()),
+        ));
+        tracing::info!(
+            namespace,
+            name,
+            "watching a Secret the operator reads but does not manage"
+        );
+        foreign.insert(entry, store.clone());
+        store
+    }
+
+    /// Every managed object of `kinds` that belongs to the CR `owner` (`namespace/name`), in
+    /// `namespaces` (namespaced kinds) and cluster scope: from the caches, listed from the API only
+    /// for a namespace no cache covers (a non-default Istio namespace).
+    pub async fn owned(
+        &self,
+        kinds: &[Kind],
+        owner: (&str, &str),
+        namespaces: &[String],
+    ) -> Result<Vec<(Kind, DynamicObject)>, Error> {
+        let belongs = |o: &DynamicObject| {
+            let l = o.labels();
+            is_managed(l)
+                && l.get(names::LABEL_OWNER_NAMESPACE).map(String::as_str) == Some(owner.0)
+                && l.get(names::LABEL_OWNER_NAME).map(String::as_str) == Some(owner.1)
+        };
+        let mut out = Vec::new();
+        for &kind in kinds {
+            let scopes: Vec<Option<&str>> = match kind.scope() {
+                Scope::Namespaced => namespaces.iter().map(|n| Some(n.as_str())).collect(),
+                Scope::Cluster => vec![None],
+            };
+            for ns in scopes {
+                match self.store(kind, ns) {
+                    Some(store) => out.extend(
+                        store
+                            .state()
+                            .iter()
+                            .filter(|o| belongs(o))
+                            .map(|o| (kind, (**o).clone())),
+                    ),
+                    None if self.crd_missing(kind) => {}
+                    None => out.extend(
+                        crate::apply::list_owned(&self.client, kind, ns, owner)
+                            .await?
+                            .into_iter()
+                            .map(|o| (kind, o)),
+                    ),
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A cached managed object as its typed form.
+pub fn typed<K: serde::de::DeserializeOwned>(o: &DynamicObject) -> Result<K, Error> {
+    Ok(serde_json::from_value(serde_json::to_value(o)?)?)
+}
+
+/// Feeds the CR each event belongs to into the controller's trigger channel.
+async fn forward<K, S, F>(events: S, mut trigger: Trigger, what: String, owner: F)
+where
+    S: futures::Stream<Item = Result<K, watcher::Error>>,
+    F: Fn(&K) -> Option<ObjectRef<ConnectivityProxy>>,
+{
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(o) => {
+                if let Some(cr) = owner(&o)
+                    && trigger.send(cr).await.is_err()
+                {
+                    return;
+                }
+            }
+            Err(e) => tracing::debug!(kind = %what, error = %e, "watch of a cached kind"),
+        }
+    }
+}

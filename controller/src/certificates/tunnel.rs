@@ -1,0 +1,164 @@
+//! The business-tunnel certificate's objects, decided purely from the live Secrets and the time: a
+//! Gardener or cert-manager `Certificate` when those issue it, else the operator's own CA and leaf.
+
+use cp_api::names;
+use cp_certs::renewal::Policy;
+use cp_certs::rotation::{self, Spec};
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use serde_json::json;
+use time::OffsetDateTime;
+
+use super::{ca_secret_content, leaf_secret_content, state_from, text};
+use crate::desired::{Desired, Kind, Resolved, object};
+
+/// Settings of the business-tunnel certificate.
+#[derive(Clone, Debug)]
+pub struct TunnelCertSettings {
+    /// Lifetime of the operator's own tunnel CA.
+    pub ca_lifetime: time::Duration,
+    /// Lifetime of the built-in tunnel certificate.
+    pub cert_lifetime: time::Duration,
+    /// cert-manager issuer (`Kind/name`, e.g. `ClusterIssuer/letsencrypt`) to use when cert-manager is installed.
+    pub cert_manager_issuer: Option<(String, String)>,
+    /// Key algorithm of the built-in certificates.
+    pub algorithm: cp_certs::KeyAlgorithm,
+}
+
+/// Which provider issues the tunnel certificate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provider {
+    /// Gardener's cert-management (Kyma's clusters).
+    Gardener,
+    /// cert-manager with the configured issuer.
+    CertManager,
+    /// The operator's own CA.
+    BuiltIn,
+}
+
+/// Chooses the provider from the installed CRDs and the configuration.
+pub fn provider(
+    has_gardener: bool,
+    has_cert_manager: bool,
+    settings: &TunnelCertSettings,
+) -> Provider {
+    if has_gardener {
+        Provider::Gardener
+    } else if has_cert_manager && settings.cert_manager_issuer.is_some() {
+        Provider::CertManager
+    } else {
+        Provider::BuiltIn
+    }
+}
+
+/// What the tunnel certificate needs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tunnel {
+    /// Objects to apply (a `Certificate`, or the built-in CA and leaf Secrets).
+    pub objects: Vec<Desired>,
+    /// When the built-in certificate is due for renewal.
+    pub renew_at: Option<OffsetDateTime>,
+    /// Whether a new built-in leaf certificate was issued now.
+    pub issued: bool,
+    /// The current leaf certificate (PEM), for the expiry metric.
+    pub leaf_pem: Option<String>,
+}
+
+/// The live Secrets the tunnel certificate is decided from.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Live<'a> {
+    /// The built-in tunnel CA (`connectivity-proxy-tunnel-ca` in the CR's namespace).
+    pub ca: Option<&'a Secret>,
+    /// The tunnel's TLS Secret (in the Istio namespace), whoever issued it.
+    pub tls: Option<&'a Secret>,
+}
+
+/// The tunnel certificate's objects at `now`; an error when a built-in certificate cannot be issued.
+pub fn objects(
+    cr: &cp_api::ConnectivityProxy,
+    resolved: &Resolved,
+    provider: Provider,
+    settings: &TunnelCertSettings,
+    live: Live<'_>,
+    now: OffsetDateTime,
+) -> Result<Tunnel, String> {
+    if !resolved.tls_auto {
+        return Ok(Tunnel::default());
+    }
+    let host = resolved.external_host.clone();
+    let dns = vec![host.clone(), format!("*.{host}")];
+    let ns = resolved.istio_namespace.as_str();
+    let secret = resolved.tls_secret.as_str();
+    let issued_pem = || {
+        live.tls
+            .and_then(|s| s.data.as_ref())
+            .and_then(|d| text(d, "tls.crt"))
+    };
+    let certificate = |kind, spec| Tunnel {
+        objects: vec![object(cr, kind, Some(ns), secret, json!({ "spec": spec }))],
+        leaf_pem: issued_pem(),
+        ..Tunnel::default()
+    };
+    match provider {
+        Provider::Gardener => Ok(certificate(
+            Kind::GardenerCertificate,
+            json!({"commonName": host, "dnsNames": dns, "secretRef": {"name": secret, "namespace": ns}}),
+        )),
+        Provider::CertManager => {
+            let (kind, name) = settings.cert_manager_issuer.clone().unwrap_or_default();
+            Ok(certificate(
+                Kind::CertManagerCertificate,
+                json!({"secretName": secret, "commonName": host, "dnsNames": dns,
+                    "issuerRef": {"group": "cert-manager.io", "kind": kind, "name": name}}),
+            ))
+        }
+        Provider::BuiltIn => built_in(cr, ns, secret, host, dns, settings, live, now),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn built_in(
+    cr: &cp_api::ConnectivityProxy,
+    ns: &str,
+    secret: &str,
+    host: String,
+    dns: Vec<String>,
+    settings: &TunnelCertSettings,
+    live: Live<'_>,
+    now: OffsetDateTime,
+) -> Result<Tunnel, String> {
+    let cr_ns = cr.namespace().unwrap_or_default();
+    let spec = Spec {
+        ca_common_name: format!("connectivity-proxy-tunnel-ca-{cr_ns}"),
+        common_name: host,
+        dns_names: dns,
+        ips: vec![],
+        ca_policy: Policy::new(settings.ca_lifetime),
+        leaf_policy: Policy::new(settings.cert_lifetime),
+        propagation: time::Duration::ZERO,
+        algorithm: settings.algorithm,
+    };
+    let plan =
+        rotation::plan(now, &state_from(live.ca, live.tls), &spec).map_err(|e| e.to_string())?;
+    Ok(Tunnel {
+        objects: vec![
+            object(
+                cr,
+                Kind::Secret,
+                Some(&cr_ns),
+                names::TUNNEL_CA_SECRET,
+                ca_secret_content(&plan),
+            ),
+            object(
+                cr,
+                Kind::Secret,
+                Some(ns),
+                secret,
+                leaf_secret_content(&plan),
+            ),
+        ],
+        renew_at: Some(plan.next),
+        issued: plan.leaf_rotated,
+        leaf_pem: plan.state.leaf.as_ref().map(|l| l.cert_pem.clone()),
+    })
+}

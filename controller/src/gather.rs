@@ -1,0 +1,276 @@
+//! Gather: every fact a reconcile decides from, read from the controller's caches ([`crate::cache`]).
+//! Nothing here writes; [`crate::plan`] decides from these facts alone.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cp_api::{ConnectivityProxy, ServiceMapping, names};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::ObjectRef;
+use time::OffsetDateTime;
+
+use crate::Error;
+use crate::cache::{Key, typed};
+use crate::context::Ctx;
+use crate::desired::{self, Kind};
+
+/// Which optional APIs the cluster serves.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Apis {
+    /// Istio CRDs that are missing.
+    pub missing_istio: Vec<String>,
+    /// SAP BTP service operator CRDs that are missing.
+    pub missing_btp: Vec<String>,
+    /// Gardener's cert-management is installed.
+    pub gardener: bool,
+    /// cert-manager is installed.
+    pub cert_manager: bool,
+    /// Managed kinds whose API exists.
+    pub kinds: Vec<Kind>,
+}
+
+/// The Connectivity service CA for the `<tls>-cacert` Secret.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ConnectivityCa {
+    /// Not used (no Istio ingress, or no service key yet).
+    #[default]
+    NotNeeded,
+    /// The service key names no usable CA URL.
+    Unusable(String),
+    /// The CA, fetched from `url` (now, or recently and still in the Secret).
+    Known {
+        /// Where it came from.
+        url: String,
+        /// The CA certificate(s).
+        pem: String,
+    },
+    /// Fetching failed; the previous Secret (if any) stays.
+    Failed(String),
+}
+
+/// Everything one reconcile decides from.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    /// When the facts were gathered.
+    pub now: OffsetDateTime,
+    /// The CR reconciled per cluster (the oldest in kyma-system), when that is another one.
+    pub other_primary: Option<(String, String)>,
+    /// The StatefulSet under the proxy's name is the legacy reconciler's.
+    pub legacy_statefulset: bool,
+    /// Optional APIs.
+    pub apis: Apis,
+    /// `data.domain` of `kube-system/shoot-info`.
+    pub cluster_domain: Option<String>,
+    /// Every ServiceMapping.
+    pub mappings: Vec<Arc<ServiceMapping>>,
+    /// The CR's ServiceBinding (auto-provision).
+    pub binding: Option<DynamicObject>,
+    /// The Secret the service key is read from ([`crate::btp::key_source`]).
+    pub key_secret: Option<Secret>,
+    /// The built-in tunnel CA Secret.
+    pub tunnel_ca: Option<Secret>,
+    /// The tunnel's TLS Secret, whoever issued it.
+    pub tunnel_tls: Option<Secret>,
+    /// The Connectivity service CA.
+    pub connectivity_ca: ConnectivityCa,
+    /// Every managed object that belongs to this CR, as cached.
+    pub owned: BTreeMap<Key, DynamicObject>,
+    /// The proxy's StatefulSet when it is ours.
+    pub statefulset: Option<StatefulSet>,
+    /// Why the proxy's pods fail, when they are not ready for a reason that will not pass by itself.
+    pub pod_problem: Option<String>,
+}
+
+/// Gathers the facts for `cr`. Reads come from the caches; the API is read only for what a cache does
+/// not hold yet, and the Connectivity CA endpoint only when its CA is due.
+#[tracing::instrument(skip_all)]
+pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
+    let ns = cr.namespace().unwrap_or_default();
+    let apis = apis(ctx);
+    let sts = ctx
+        .cache
+        .live(Kind::StatefulSet, Some(&ns), names::STATEFULSET)
+        .await?;
+    let legacy_statefulset = sts
+        .as_ref()
+        .is_some_and(|s| crate::migration::is_legacy(&s.metadata));
+    let statefulset = match sts.filter(|s| crate::cache::is_managed(s.labels())) {
+        Some(s) => Some(typed::<StatefulSet>(&s)?),
+        None => None,
+    };
+    let binding = if apis.missing_btp.is_empty() {
+        let name = names::service_binding_name(&cr.name_any(), &ns);
+        ctx.cache
+            .live(Kind::ServiceBinding, Some(&ns), &name)
+            .await?
+    } else {
+        None
+    };
+    let key_secret = match crate::btp::key_source(cr) {
+        Some(name) => ctx.cache.secret(&ns, &name, cr).await?,
+        None => None,
+    };
+    let owned = ctx
+        .cache
+        .owned(
+            &apis.kinds,
+            (&ns, &cr.name_any()),
+            &desired::object_namespaces(cr),
+        )
+        .await?
+        .into_iter()
+        .map(|(k, o)| ((k, o.namespace(), o.name_any()), o))
+        .collect();
+    let mut facts = Facts {
+        now: OffsetDateTime::now_utc(),
+        other_primary: crate::reconcile::primary(ctx)
+            .filter(|p| !crate::reconcile::same(p, cr))
+            .map(|p| (p.namespace().unwrap_or_default(), p.name_any())),
+        legacy_statefulset,
+        apis,
+        cluster_domain: cluster_domain(ctx),
+        mappings: ctx.mappings.state(),
+        binding,
+        key_secret,
+        tunnel_ca: None,
+        tunnel_tls: None,
+        connectivity_ca: ConnectivityCa::NotNeeded,
+        owned,
+        pod_problem: None,
+        statefulset,
+    };
+    tunnel_and_ca(cr, ctx, &mut facts).await?;
+    if facts
+        .statefulset
+        .as_ref()
+        .is_none_or(|s| crate::plan::statefulset_ready(s).is_err())
+    {
+        facts.pod_problem = proxy_pod_problem(ctx, cr, &ns).await;
+    }
+    Ok(facts)
+}
+
+fn apis(ctx: &Ctx) -> Apis {
+    Apis {
+        missing_istio: ctx.missing_crds(&names::ISTIO_CRDS),
+        missing_btp: ctx.missing_crds(&names::BTP_CRDS),
+        gardener: ctx.has_crd(names::GARDENER_CERT_CRD),
+        cert_manager: ctx.has_crd(names::CERT_MANAGER_CRD),
+        kinds: ctx.available_kinds(),
+    }
+}
+
+fn cluster_domain(ctx: &Ctx) -> Option<String> {
+    ctx.shoot_info
+        .get(&ObjectRef::new(names::SHOOT_INFO).within(names::SHOOT_INFO_NAMESPACE))
+        .and_then(|c| c.data.as_ref()?.get("domain").cloned())
+}
+
+/// The tunnel's Secrets and the Connectivity CA: where they live follows from the resolved CR, so they
+/// are read once the key and the cluster facts are known (nothing when the CR does not resolve).
+async fn tunnel_and_ca(cr: &ConnectivityProxy, ctx: &Ctx, facts: &mut Facts) -> Result<(), Error> {
+    let key = crate::btp::service_key(cr, facts.binding.as_ref(), facts.key_secret.as_ref())
+        .ok()
+        .and_then(|o| o.key);
+    let Ok(resolved) = desired::resolve(cr, &crate::plan::cluster_facts(facts, key.as_ref()))
+    else {
+        return Ok(());
+    };
+    let cr_ns = cr.namespace().unwrap_or_default();
+    facts.tunnel_ca = ctx
+        .cache
+        .secret(&cr_ns, names::TUNNEL_CA_SECRET, cr)
+        .await?;
+    facts.tunnel_tls = ctx
+        .cache
+        .secret(&resolved.istio_namespace, &resolved.tls_secret, cr)
+        .await?;
+    if cr.spec.ingress_class() == "istio"
+        && let Some(key) = key
+    {
+        let cacert = (
+            Kind::Secret,
+            Some(resolved.istio_namespace.clone()),
+            names::cacert_secret_name(&resolved.tls_secret),
+        );
+        facts.connectivity_ca = connectivity_ca(ctx, &key, facts.owned.get(&cacert)).await;
+    }
+    Ok(())
+}
+
+/// Marks the Secret with the URL its CA was fetched from.
+pub const FETCHED_FROM: &str = "connectivityproxy.sap.com/fetched-from";
+
+/// The Connectivity service CA: fetched when the Secret is missing, was fetched from another URL, or
+/// was fetched more than [`crate::context::CA_REFRESH`] ago (the legacy reconciler refetched it on
+/// every run).
+async fn connectivity_ca(
+    ctx: &Ctx,
+    key: &crate::btp::ServiceKey,
+    live: Option<&DynamicObject>,
+) -> ConnectivityCa {
+    let url = match crate::connectivity_ca::ca_url(&key.content) {
+        Ok(url) => url,
+        Err(problem) => return ConnectivityCa::Unusable(problem),
+    };
+    let fresh = ctx
+        .ca_fetched
+        .lock()
+        .ok()
+        .and_then(|m| {
+            m.get(&url)
+                .map(|t| t.elapsed() < crate::context::CA_REFRESH)
+        })
+        .unwrap_or(false);
+    let cached = live
+        .filter(|_| fresh)
+        .filter(|s| s.annotations().get(FETCHED_FROM) == Some(&url))
+        .and_then(|s| {
+            s.data
+                .get("data")?
+                .get("cacert")?
+                .as_str()
+                .map(String::from)
+        })
+        .and_then(|b64| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.decode(b64).ok()
+        })
+        .map(|b| String::from_utf8_lossy(&b).to_string());
+    if let Some(pem) = cached {
+        return ConnectivityCa::Known { url, pem };
+    }
+    let timeout = std::time::Duration::from_secs(5);
+    match crate::connectivity_ca::fetch(&url, timeout, 3, &ctx.settings.ca_endpoint_roots).await {
+        Ok(pem) => {
+            tracing::info!(%url, "Connectivity service CA fetched");
+            if let Ok(mut m) = ctx.ca_fetched.lock() {
+                m.insert(url.clone(), std::time::Instant::now());
+            }
+            ConnectivityCa::Known { url, pem }
+        }
+        Err(e) => ConnectivityCa::Failed(e),
+    }
+}
+
+/// Why the proxy's pods do not become ready, when the reason will not resolve by itself. Listed only
+/// while the proxy is not ready; a failed read (e.g. RBAC) is logged and leaves the plain "not ready".
+async fn proxy_pod_problem(ctx: &Ctx, cr: &ConnectivityProxy, ns: &str) -> Option<String> {
+    let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(ctx.client.clone(), ns)
+        .list(&kube::api::ListParams::default().labels(&format!(
+            "{}={}",
+            names::APP_LABEL,
+            desired::APP
+        )))
+        .await
+        .map_err(|e| tracing::warn!(error = %e, "reading the proxy's pods"))
+        .ok()?;
+    let fd_limit = desired::effective_deployment(cr)
+        .resources
+        .and_then(|r| r.max_file_descriptor_count)
+        .unwrap_or(64000);
+    crate::pods::problem(&pods.items, fd_limit)
+}

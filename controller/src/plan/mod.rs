@@ -1,0 +1,588 @@
+//! Plan: what one reconcile does, decided purely from the CR and the gathered [`Facts`]. Every state
+//! and reason of the status contract is chosen here; [`crate::reconcile`] only carries the plan out.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use cp_api::{ConnectivityProxy, State, names};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::ResourceExt;
+use serde_json::{Value, json};
+
+use crate::btp::ServiceKey;
+use crate::cache::Key;
+use crate::certificates::tunnel::{self, Live, Tunnel};
+use crate::context::Settings;
+use crate::desired::{self, ClusterFacts, Desired, Kind, Resolved};
+use crate::gather::{ConnectivityCa, FETCHED_FROM, Facts};
+use crate::status::{Computed, Cond, types};
+
+/// After writing the CR itself, come back soon even if the watch never delivers that write (it can be
+/// lost when etcd restarts right after it).
+pub const NEXT_STEP: Duration = Duration::from_secs(1);
+/// How soon a CR whose proxy is not ready yet is looked at again: its pods change without the
+/// StatefulSet changing (an init container failing, an image pull backing off).
+pub const NOT_READY_RECHECK: Duration = Duration::from_secs(10);
+/// How soon a problem outside the CR (an object that is not ours, the CA endpoint, legacy blockers) is
+/// looked at again.
+pub const OUTSIDE_RECHECK: Duration = Duration::from_secs(30);
+/// How soon a pending service key is looked at again (the BTP operator updates the binding).
+pub const KEY_RECHECK: Duration = Duration::from_secs(2);
+
+/// What one reconcile does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan {
+    /// Nothing is applied; the status says why.
+    Blocked {
+        /// The status to write.
+        status: Computed,
+        /// What comes next.
+        then: Then,
+    },
+    /// The CR itself is written first (finalizer, this release's `spec.deployment` defaults).
+    UpdateCr(Vec<CrPatch>),
+    /// The legacy installation is taken over first ([`crate::migration::migrate`], one step a reconcile).
+    Migrate,
+    /// Apply what differs, prune what is no longer desired, report.
+    Install(Box<Install>),
+}
+
+/// What follows a blocked reconcile.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Then {
+    /// Look again after this long.
+    Requeue(Duration),
+    /// The reconcile failed (error backoff) with this message.
+    Fail(String),
+}
+
+/// A write to the CR itself.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CrPatch {
+    /// JSON patch adding the operator's finalizer.
+    Finalizer(Value),
+    /// Merge patch moving `spec.deployment` to this release's defaults.
+    ReleaseDefaults(Value),
+}
+
+/// One object to write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Write {
+    /// The object.
+    pub desired: Desired,
+    /// Why (`absent`, `/spec/... differs`).
+    pub why: String,
+    /// Not in the caches: the API is asked first (an object of that name may not be ours).
+    pub confirm_absent: bool,
+}
+
+/// The install plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Install {
+    /// Objects that differ from their live state, in apply order.
+    pub writes: Vec<Write>,
+    /// How many objects are desired.
+    pub desired: usize,
+    /// Managed objects of this CR that are no longer desired.
+    pub prune: Vec<Key>,
+    /// Conditions that passed (for a status that reports a failed apply).
+    pub passed: Vec<Cond>,
+    /// The status once everything is written.
+    pub status: Computed,
+    /// When to look again.
+    pub requeue: Duration,
+    /// Resolved values (ServiceMapping endpoints).
+    pub resolved: Resolved,
+    /// The tunnel certificate (metrics).
+    pub tunnel: Tunnel,
+}
+
+fn blocked(state: State, passed: Vec<Cond>, failed: Cond, then: Then) -> Plan {
+    Plan::Blocked {
+        status: Computed::blocked(state, passed, failed),
+        then,
+    }
+}
+
+/// Plans the reconcile of `cr` (not being deleted).
+pub fn plan(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings) -> Plan {
+    if let Some(p) = admission(cr, facts, settings) {
+        return p;
+    }
+    let deps = match dependencies(cr, facts, settings.resync) {
+        Ok(c) => c,
+        Err(p) => return p,
+    };
+    install(cr, facts, settings, deps)
+}
+
+/// Which CR is installed, the CR's own writes, and the legacy takeover, in that order.
+fn admission(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings) -> Option<Plan> {
+    let resync = Then::Requeue(settings.resync);
+    let config = |reason: &str, msg: String| {
+        let failed = Cond::failed(types::CONFIGURATION, reason, msg);
+        Some(blocked(State::Warning, vec![], failed, resync.clone()))
+    };
+    if let Some((ns, name)) = &facts.other_primary {
+        return config(
+            "DuplicateConnectivityProxy",
+            format!(
+                "only one ConnectivityProxy is reconciled per cluster and {ns}/{name} is the active one; delete this one"
+            ),
+        );
+    }
+    if cr.namespace().as_deref() != Some(names::KYMA_SYSTEM) {
+        return config(
+            "OutsideModuleNamespace",
+            format!(
+                "the Connectivity Proxy is installed only from a ConnectivityProxy in {ks} (the module's namespace; the operator writes nowhere else but the Istio namespace): create it in {ks} and delete this one",
+                ks = names::KYMA_SYSTEM
+            ),
+        );
+    }
+    let patches: Vec<CrPatch> = [
+        finalizer_patch(cr).map(CrPatch::Finalizer),
+        crate::upgrade::release_patch(cr, &settings.deployment_defaults)
+            .map(CrPatch::ReleaseDefaults),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !patches.is_empty() {
+        return Some(Plan::UpdateCr(patches));
+    }
+    let state = cr
+        .annotations()
+        .get(crate::migration::MIGRATION_ANNOTATION)
+        .map(String::as_str);
+    let migrating = !matches!(state, Some("done") | None) || facts.legacy_statefulset;
+    migrating.then_some(Plan::Migrate)
+}
+
+/// The JSON patch adding the finalizer, unless the CR has it.
+pub fn finalizer_patch(cr: &ConnectivityProxy) -> Option<Value> {
+    if cr.finalizers().iter().any(|f| f == names::FINALIZER) {
+        return None;
+    }
+    Some(if cr.finalizers().is_empty() {
+        json!([{"op": "add", "path": "/metadata/finalizers", "value": [names::FINALIZER]}])
+    } else {
+        json!([{"op": "add", "path": "/metadata/finalizers/-", "value": names::FINALIZER}])
+    })
+}
+
+/// The status a migration step leads to, and when to look again.
+pub fn migration_status(outcome: &crate::migration::Outcome) -> Option<(Computed, Duration)> {
+    use crate::migration::Outcome;
+    match outcome {
+        Outcome::NotNeeded => None,
+        Outcome::Progressed(step) => Some((
+            Computed::blocked(
+                State::Processing,
+                vec![],
+                Cond::failed(
+                    types::CONFIGURATION,
+                    step,
+                    "taking over the legacy reconciler installation",
+                ),
+            ),
+            NEXT_STEP,
+        )),
+        Outcome::Blocked(blockers) => {
+            let list: Vec<String> = blockers.iter().map(ToString::to_string).collect();
+            let msg = format!(
+                "the takeover of the legacy installation is blocked; the legacy installation keeps running untouched until this is fixed: {} (preview with `cp-controller migrate-plan`)",
+                list.join("; ")
+            );
+            let failed = Cond::failed(types::CONFIGURATION, "LegacyMigrationBlocked", msg);
+            // What blocks is outside the CR (legacy ConfigMaps, mappings): look again soon.
+            Some((
+                Computed::blocked(State::Warning, vec![], failed),
+                Duration::from_secs(10),
+            ))
+        }
+    }
+}
+
+/// Istio (for the Istio ingress) and the BTP operator (for an auto-provisioned key) must be installed.
+fn dependencies(cr: &ConnectivityProxy, facts: &Facts, resync: Duration) -> Result<Cond, Plan> {
+    let istio: &[String] = if cr.spec.ingress_class() == "istio" {
+        &facts.apis.missing_istio
+    } else {
+        &[]
+    };
+    let needs_btp = names::is_auto_provision(Some(&cr.spec.connectivity_secret().0));
+    let btp: &[String] = if needs_btp {
+        &facts.apis.missing_btp
+    } else {
+        &[]
+    };
+    let (reason, what) = if !istio.is_empty() {
+        (
+            "IstioCRDsMissing",
+            format!(
+                "Istio is not installed: CRDs {} are missing",
+                istio.join(", ")
+            ),
+        )
+    } else if !btp.is_empty() {
+        (
+            "BTPOperatorCRDsMissing",
+            format!(
+                "the SAP BTP service operator is not installed (CRDs {} are missing) but \
+                 spec.secretConfig.integration.connectivityService.secretName is auto-provision",
+                btp.join(", ")
+            ),
+        )
+    } else {
+        return Ok(Cond::ok(
+            types::DEPENDENCIES,
+            "DependenciesAvailable",
+            "required CRDs are installed",
+        ));
+    };
+    let msg = format!(
+        "{what}; install it and the Connectivity Proxy is installed within seconds, nothing was applied"
+    );
+    Err(Plan::Blocked {
+        status: Computed::blocked(
+            State::Warning,
+            vec![],
+            Cond::failed(types::DEPENDENCIES, reason, msg),
+        ),
+        // The CRD watch wakes the reconcile when they appear.
+        then: Then::Requeue(resync),
+    })
+}
+
+/// The cluster facts `desired::resolve` needs, with the subaccount from the service key.
+pub fn cluster_facts(facts: &Facts, key: Option<&ServiceKey>) -> ClusterFacts {
+    ClusterFacts {
+        cluster_domain: facts.cluster_domain.clone(),
+        service_mappings: facts.mappings.iter().map(|m| m.name_any()).collect(),
+        binding_subaccount_id: key.and_then(|k| k.subaccount_id.clone()),
+        binding_subaccount_subdomain: key.and_then(|k| k.subaccount_subdomain.clone()),
+    }
+}
+
+fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Cond) -> Plan {
+    let resync = settings.resync;
+    let key = match crate::btp::service_key(cr, facts.binding.as_ref(), facts.key_secret.as_ref()) {
+        Ok(k) => k,
+        Err(e) => {
+            let failed = Cond::failed(types::CONFIGURATION, "InvalidConfiguration", e.to_string());
+            return blocked(State::Warning, vec![deps], failed, Then::Requeue(resync));
+        }
+    };
+    let mut resolved = match desired::resolve(cr, &cluster_facts(facts, key.key.as_ref())) {
+        Ok(r) => r,
+        Err(problem) => {
+            let failed = Cond::failed(types::CONFIGURATION, problem.reason(), problem.message());
+            return blocked(problem.state(), vec![deps], failed, Then::Requeue(resync));
+        }
+    };
+    let config = Cond::ok(
+        types::CONFIGURATION,
+        "ConfigurationValid",
+        format!("tunnel host {}", resolved.external_host),
+    );
+    let provider = crate::certificates::provider(
+        facts.apis.gardener,
+        facts.apis.cert_manager,
+        &settings.tunnel,
+    );
+    let live = Live {
+        ca: facts.tunnel_ca.as_ref(),
+        tls: facts.tunnel_tls.as_ref(),
+    };
+    let tunnel = match tunnel::objects(cr, &resolved, provider, &settings.tunnel, live, facts.now) {
+        Ok(t) => t,
+        Err(e) => {
+            let failed = Cond::failed(
+                types::INSTALLED,
+                "CertificateFailed",
+                format!("certificate: {e}"),
+            );
+            return blocked(State::Error, vec![deps, config], failed, Then::Fail(e));
+        }
+    };
+    // The TLS Secret as it will be once this plan is applied (a certificate issued now is in the pod
+    // template's hash right away, so a fresh install rolls the proxy once, not twice).
+    let tls = tunnel
+        .objects
+        .iter()
+        .find(|d| d.kind == Kind::Secret && d.name == resolved.tls_secret)
+        .and_then(|d| serde_json::from_value(d.body.clone()).ok())
+        .or_else(|| facts.tunnel_tls.clone());
+    resolved.secrets_hash = secrets_hash(tls.as_ref(), key.key.as_ref());
+    let mut objects = desired::desired(cr, &resolved, &facts.mappings);
+    objects.extend(tunnel.objects.iter().cloned());
+    objects.extend(key.objects.iter().cloned());
+    let (ca_object, ca_problem, keep_ca) = connectivity_ca_object(cr, &resolved, facts);
+    objects.extend(ca_object);
+    let passed = vec![deps, config];
+    let mappings_size = mappings_size(&objects);
+    let report = Report {
+        passed: &passed,
+        resolved: &resolved,
+        facts,
+        mappings_size,
+        ca_problem,
+        key_waiting: key.waiting.clone(),
+        statefulset_written: false,
+        renew_at: tunnel.renew_at,
+        resync,
+    };
+    let (writes, prune) = changes(&objects, facts, report.mappings_too_large(), keep_ca);
+    let report = Report {
+        statefulset_written: writes.iter().any(|w| w.desired.kind == Kind::StatefulSet),
+        ..report
+    };
+    let (status, requeue) = report.status(objects.len());
+    Plan::Install(Box::new(Install {
+        writes,
+        desired: objects.len(),
+        prune,
+        passed,
+        status,
+        requeue,
+        resolved,
+        tunnel,
+    }))
+}
+
+/// The objects that differ from their cached state, and the owned objects no longer desired.
+fn changes(
+    objects: &[Desired],
+    facts: &Facts,
+    skip_mappings: bool,
+    keep: Option<Key>,
+) -> (Vec<Write>, Vec<Key>) {
+    let mut desired_keys: BTreeSet<Key> = keep.into_iter().collect();
+    let mut writes = Vec::new();
+    for d in objects {
+        let key = (d.kind, d.namespace.clone(), d.name.clone());
+        let live = facts.owned.get(&key);
+        desired_keys.insert(key);
+        let too_large = skip_mappings
+            && d.kind == Kind::ConfigMap
+            && d.name == names::CONFIGMAP_SERVICE_MAPPINGS;
+        if too_large {
+            continue;
+        }
+        if let Some(why) = crate::apply::apply_reason(d, live) {
+            writes.push(Write {
+                desired: d.clone(),
+                why,
+                confirm_absent: live.is_none(),
+            });
+        }
+    }
+    let prune = facts
+        .owned
+        .keys()
+        .filter(|k| !desired_keys.contains(*k))
+        .cloned()
+        .collect();
+    (writes, prune)
+}
+
+/// Size of the aggregated mappings ConfigMap as applied.
+fn mappings_size(objects: &[Desired]) -> usize {
+    objects
+        .iter()
+        .find(|d| d.kind == Kind::ConfigMap && d.name == names::CONFIGMAP_SERVICE_MAPPINGS)
+        .map(|d| d.body.to_string().len())
+        .unwrap_or(0)
+}
+
+/// The `<tls>-cacert` Secret with the Connectivity service CA: its object, the problem to report,
+/// and the live Secret to keep when a fetch failed.
+fn connectivity_ca_object(
+    cr: &ConnectivityProxy,
+    resolved: &Resolved,
+    facts: &Facts,
+) -> (Option<Desired>, Option<String>, Option<Key>) {
+    let ns = resolved.istio_namespace.clone();
+    let name = names::cacert_secret_name(&resolved.tls_secret);
+    match &facts.connectivity_ca {
+        ConnectivityCa::NotNeeded => (None, None, None),
+        ConnectivityCa::Unusable(problem) => (None, Some(problem.clone()), None),
+        ConnectivityCa::Failed(problem) => {
+            let key = (Kind::Secret, Some(ns), name);
+            (None, Some(problem.clone()), Some(key))
+        }
+        ConnectivityCa::Known { url, pem } => {
+            use base64::Engine;
+            let body = json!({
+                "metadata": {"annotations": {FETCHED_FROM: url}},
+                "type": "Opaque",
+                "data": {"cacert": base64::engine::general_purpose::STANDARD.encode(pem.as_bytes())},
+            });
+            let d = desired::object(cr, Kind::Secret, Some(&ns), &name, body);
+            (Some(d), None, None)
+        }
+    }
+}
+
+/// Hash of the service key and the tunnel TLS Secret's data (once they exist), for the pod template:
+/// a rotated key or certificate restarts the proxy.
+pub fn secrets_hash(
+    tls: Option<&k8s_openapi::api::core::v1::Secret>,
+    key: Option<&ServiceKey>,
+) -> Option<String> {
+    let key = key?;
+    let mut material = String::from_utf8_lossy(&key.content).to_string();
+    for (k, v) in tls.and_then(|s| s.data.as_ref()).into_iter().flatten() {
+        material.push_str(k);
+        material.push_str(&String::from_utf8_lossy(&v.0));
+    }
+    Some(desired::hash_str(&material))
+}
+
+/// Inputs of the install status.
+struct Report<'a> {
+    passed: &'a [Cond],
+    resolved: &'a Resolved,
+    facts: &'a Facts,
+    mappings_size: usize,
+    ca_problem: Option<String>,
+    key_waiting: Option<String>,
+    statefulset_written: bool,
+    renew_at: Option<time::OffsetDateTime>,
+    resync: Duration,
+}
+
+impl Report<'_> {
+    fn mappings_too_large(&self) -> bool {
+        self.mappings_size > crate::mappings::MAX_CONFIGMAP_BYTES
+    }
+
+    /// The next renewal is scheduled, not polled: requeue exactly when it is due.
+    fn resync(&self) -> Duration {
+        match self.renew_at {
+            Some(at) => {
+                let until = (at - self.facts.now).as_seconds_f64().max(0.05);
+                self.resync.min(Duration::from_secs_f64(until))
+            }
+            None => self.resync,
+        }
+    }
+
+    fn status(&self, objects: usize) -> (Computed, Duration) {
+        let installed = Cond::ok(
+            types::INSTALLED,
+            "ResourcesApplied",
+            format!("{objects} objects applied"),
+        );
+        let mut passed = self.passed.to_vec();
+        let installed_failed = |state, reason: &str, msg: String, after: Duration| {
+            let failed = Cond::failed(types::INSTALLED, reason, msg);
+            (Computed::blocked(state, passed.clone(), failed), after)
+        };
+        if self.mappings_too_large() {
+            let msg = format!(
+                "the {} ServiceMappings need {} KiB, more than fits into ConfigMap {} (limit {} KiB); \
+                 the last configuration that fitted stays in use: remove ServiceMappings you no longer need",
+                self.facts.mappings.len(),
+                self.mappings_size / 1024,
+                names::CONFIGMAP_SERVICE_MAPPINGS,
+                crate::mappings::MAX_CONFIGMAP_BYTES / 1024
+            );
+            return installed_failed(
+                State::Warning,
+                "ServiceMappingsTooLarge",
+                msg,
+                self.resync(),
+            );
+        }
+        if let Some(problem) = &self.ca_problem {
+            let (state, reason) = (State::Warning, "ConnectivityCAUnavailable");
+            return installed_failed(state, reason, problem.clone(), OUTSIDE_RECHECK);
+        }
+        if let Some(waiting) = &self.key_waiting {
+            let (state, reason) = (State::Processing, "ServiceKeyPending");
+            return installed_failed(state, reason, waiting.clone(), KEY_RECHECK);
+        }
+        passed.push(installed);
+        self.readiness(passed)
+    }
+
+    fn readiness(&self, passed: Vec<Cond>) -> (Computed, Duration) {
+        let ready = match (&self.facts.statefulset, self.statefulset_written) {
+            (_, true) => Err("the StatefulSet's new spec is being rolled out".to_string()),
+            (Some(sts), false) => statefulset_ready(sts),
+            (None, false) => Err("StatefulSet connectivity-proxy does not exist yet".into()),
+        };
+        let recheck = self.resync().min(NOT_READY_RECHECK);
+        match ready {
+            Ok(msg) => {
+                let mut conditions = passed;
+                conditions.push(Cond::ok(types::READY, "StatefulSetReady", msg));
+                let computed = Computed {
+                    state: State::Ready,
+                    description: format!(
+                        "Connectivity Proxy is ready; tunnel host {}",
+                        self.resolved.external_host
+                    ),
+                    reason: "StatefulSetReady".into(),
+                    conditions,
+                };
+                (computed, self.resync())
+            }
+            // A cause that will not resolve by itself: a Warning that names it.
+            Err(msg) => match (&self.facts.pod_problem, self.statefulset_written) {
+                (Some(problem), false) => {
+                    let failed =
+                        Cond::failed(types::READY, "ProxyPodFailing", format!("{msg}; {problem}"));
+                    (Computed::blocked(State::Warning, passed, failed), recheck)
+                }
+                _ => {
+                    let failed = Cond::failed(types::READY, "StatefulSetNotReady", msg);
+                    (
+                        Computed::blocked(State::Processing, passed, failed),
+                        recheck,
+                    )
+                }
+            },
+        }
+    }
+}
+
+/// Ready when the controller observed the current spec and every replica is updated and ready.
+pub fn statefulset_ready(sts: &StatefulSet) -> Result<String, String> {
+    let want = sts.spec.replicas.unwrap_or(1);
+    let status = sts.status.clone().unwrap_or_default();
+    let observed = status.observed_generation.unwrap_or(0);
+    let generation = sts.metadata.generation.unwrap_or(0);
+    let ready = status.ready_replicas.unwrap_or(0);
+    let updated = status.updated_replicas.unwrap_or(0);
+    if observed < generation {
+        return Err(format!(
+            "StatefulSet generation {generation} not yet observed (observed {observed})"
+        ));
+    }
+    if ready < want || updated < want {
+        return Err(format!(
+            "{ready}/{want} replicas ready, {updated}/{want} updated"
+        ));
+    }
+    Ok(format!("{ready}/{want} replicas ready"))
+}
+
+/// The status after a write failed: Warning when an object is not ours (needs the user; that object
+/// untouched), Error otherwise.
+pub fn apply_failed(install: &Install, err: &crate::Error) -> (Computed, Option<Duration>) {
+    let (state, reason, after) = match err {
+        crate::Error::NotOurs(_) => (State::Warning, "ObjectNotOwned", Some(OUTSIDE_RECHECK)),
+        _ => (State::Error, "ApplyFailed", None),
+    };
+    let failed = Cond::failed(types::INSTALLED, reason, err.to_string());
+    (
+        Computed::blocked(state, install.passed.clone(), failed),
+        after,
+    )
+}
+
+#[cfg(test)]
+mod tests;

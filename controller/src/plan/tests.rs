@@ -1,0 +1,603 @@
+//! A table of facts → plan for every state and reason of the status contract. Builders (`mk_*`,
+//! [`TestFacts`]) give a cluster where everything is in place; each case changes one fact.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cp_api::{ConnectivityProxy, ServiceMapping, State, names};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::DynamicObject;
+use serde_json::json;
+use time::OffsetDateTime;
+
+use super::*;
+use crate::certificates::TunnelCertSettings;
+use crate::gather::{Apis, ConnectivityCa, Facts};
+
+const DOMAIN: &str = "c-1.kyma.example.org";
+
+fn settings() -> Settings {
+    Settings {
+        resync: Duration::from_secs(600),
+        tunnel: TunnelCertSettings {
+            ca_lifetime: time::Duration::days(365),
+            cert_lifetime: time::Duration::days(90),
+            cert_manager_issuer: None,
+            algorithm: cp_certs::KeyAlgorithm::EcdsaP256,
+        },
+        deployment_defaults: crate::upgrade::release_defaults(None),
+        ca_endpoint_roots: vec![],
+    }
+}
+
+/// The module's default CR as the webhook and an earlier reconcile left it: finalizer and this
+/// release's defaults in place.
+fn mk_cr(spec: serde_json::Value) -> ConnectivityProxy {
+    let id = crate::upgrade::defaults_id(&settings().deployment_defaults);
+    let mut cr: ConnectivityProxy = serde_json::from_value(json!({
+        "apiVersion": "connectivityproxy.sap.com/v1",
+        "kind": "ConnectivityProxy",
+        "metadata": {"name": "connectivity-proxy", "namespace": "kyma-system", "uid": "u-1",
+            "finalizers": [names::FINALIZER],
+            "annotations": {cp_api::defaults::DEFAULTS_RELEASE_ANNOTATION: id}},
+        "spec": spec
+    }))
+    .expect("a valid CR");
+    cr.spec.deployment = serde_json::from_value(settings().deployment_defaults).ok();
+    cr
+}
+
+fn default_spec() -> serde_json::Value {
+    json!({
+        "config": {
+            "servers": {"businessDataTunnel": {"externalHost": "auto-provision"}},
+            "subaccountId": "auto-provision",
+            "subaccountSubdomain": "auto-provision"
+        },
+        "ingress": {"tls": {"secretName": "auto-provision"}},
+        "secretConfig": {"integration": {"connectivityService": {"secretName": "auto-provision"}}}
+    })
+}
+
+fn mk_default_cr() -> ConnectivityProxy {
+    mk_cr(default_spec())
+}
+
+fn mk_binding(ready: Option<bool>) -> DynamicObject {
+    let conditions = match ready {
+        Some(r) => json!([{"type": "Ready", "status": if r { "True" } else { "False" },
+            "reason": "Provisioning", "message": "in progress"}]),
+        None => json!([]),
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "services.cloud.sap.com/v1", "kind": "ServiceBinding",
+        "metadata": {"name": "connectivity-proxy-binding", "namespace": "kyma-system"},
+        "status": {"conditions": conditions}
+    }))
+    .expect("binding")
+}
+
+fn mk_key_secret(with_key: bool) -> Secret {
+    use base64::Engine;
+    let key = br#"{"subaccount_id":"sub-1","subaccount_subdomain":"dom","connectivity_service":{"CAs_path":"/api/v1/CAs","url":"https://ca.example.org"}}"#;
+    let data = if with_key {
+        json!({names::SECRET_SERVICE_KEY_KEY: base64::engine::general_purpose::STANDARD.encode(key)})
+    } else {
+        json!({})
+    };
+    serde_json::from_value(json!({"metadata": {"name": "b"}, "data": data})).expect("secret")
+}
+
+fn mk_statefulset(generation: i64, observed: i64, ready: i32) -> StatefulSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": names::STATEFULSET, "namespace": "kyma-system", "generation": generation},
+        "spec": {"replicas": 1, "selector": {}, "template": {}},
+        "status": {"replicas": 1, "observedGeneration": observed, "readyReplicas": ready, "updatedReplicas": ready}
+    }))
+    .expect("sts")
+}
+
+fn mk_mapping(i: usize) -> Arc<ServiceMapping> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+            "metadata": {"name": format!("mapping-with-a-long-name-{i:06}")},
+            "spec": {"type": "TCP", "subaccountId": format!("subaccount-{i:06}-0000-0000-000000000000"),
+                "serviceId": format!("service-{i:06}"), "internalAddress": format!("host-{i}.example.org:8080")}
+        }))
+        .expect("mapping"),
+    )
+}
+
+/// Facts of a cluster where everything is in place and the proxy is ready.
+struct TestFacts(Facts);
+
+impl TestFacts {
+    fn ready() -> Self {
+        Self(Facts {
+            now: OffsetDateTime::now_utc(),
+            other_primary: None,
+            legacy_statefulset: false,
+            apis: Apis {
+                kinds: Kind::ALL
+                    .into_iter()
+                    .filter(|k| {
+                        !matches!(k, Kind::GardenerCertificate | Kind::CertManagerCertificate)
+                    })
+                    .collect(),
+                ..Apis::default()
+            },
+            cluster_domain: Some(DOMAIN.into()),
+            mappings: vec![],
+            binding: Some(mk_binding(Some(true))),
+            key_secret: Some(mk_key_secret(true)),
+            tunnel_ca: None,
+            tunnel_tls: None,
+            connectivity_ca: ConnectivityCa::Known {
+                url: "https://ca.example.org/api/v1/CAs".into(),
+                pem: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n".into(),
+            },
+            owned: BTreeMap::new(),
+            statefulset: Some(mk_statefulset(1, 1, 1)),
+            pod_problem: None,
+        })
+    }
+
+    fn with(mut self, f: impl FnOnce(&mut Facts)) -> Self {
+        f(&mut self.0);
+        self
+    }
+
+    /// The same cluster after the plan's writes landed: every desired object live as applied
+    /// (unchanged when the plan installs nothing).
+    fn applied(mut self, cr: &ConnectivityProxy) -> Self {
+        let Plan::Install(install) = plan(cr, &self.0, &settings()) else {
+            return self;
+        };
+        for w in &install.writes {
+            let d = &w.desired;
+            let live: DynamicObject =
+                serde_json::from_value(crate::apply::with_hash(d)).expect("object");
+            self.0
+                .owned
+                .insert((d.kind, d.namespace.clone(), d.name.clone()), live);
+            if d.kind == Kind::Secret && d.name == names::TUNNEL_CA_SECRET {
+                self.0.tunnel_ca = serde_json::from_value(d.body.clone()).ok();
+            }
+            if d.kind == Kind::Secret
+                && d.name == install.resolved.tls_secret
+                && d.namespace.as_deref() == Some(install.resolved.istio_namespace.as_str())
+            {
+                self.0.tunnel_tls = serde_json::from_value(d.body.clone()).ok();
+            }
+        }
+        self
+    }
+}
+
+/// What, for which CR, in which cluster, expecting (state, reason, requeue).
+type Case<'a> = (
+    &'a str,
+    &'a ConnectivityProxy,
+    TestFacts,
+    (State, &'a str, Option<Duration>),
+);
+
+fn run(cr: &ConnectivityProxy, facts: &TestFacts) -> Plan {
+    plan(cr, &facts.0, &settings())
+}
+
+/// (state, reason, requeue) of a plan that writes a status.
+fn outcome(p: &Plan) -> (State, String, Option<Duration>) {
+    match p {
+        Plan::Blocked { status, then } => (
+            status.state,
+            status.reason.clone(),
+            match then {
+                Then::Requeue(d) => Some(*d),
+                Then::Fail(_) => None,
+            },
+        ),
+        Plan::Install(i) => (i.status.state, i.status.reason.clone(), Some(i.requeue)),
+        other => panic!("no status in {other:?}"),
+    }
+}
+
+fn install(p: Plan) -> Install {
+    match p {
+        Plan::Install(i) => *i,
+        other => panic!("expected an install plan, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_fresh_cluster_applies_everything_and_waits_for_the_rollout() {
+    let cr = mk_default_cr();
+    let i = install(run(&cr, &TestFacts::ready()));
+    assert_eq!(
+        i.writes.len(),
+        i.desired,
+        "everything is absent, so everything is written"
+    );
+    assert!(
+        i.writes
+            .iter()
+            .all(|w| w.confirm_absent && w.why == "absent")
+    );
+    assert!(i.prune.is_empty());
+    assert_eq!(i.status.state, State::Processing);
+    assert_eq!(i.status.reason, "StatefulSetNotReady");
+    assert_eq!(i.requeue, NOT_READY_RECHECK);
+    assert_eq!(i.resolved.external_host, format!("cp.{DOMAIN}"));
+    assert!(i.tunnel.issued, "the built-in tunnel certificate is issued");
+}
+
+#[test]
+fn a_steady_state_writes_nothing_and_is_ready_until_the_renewal() {
+    let cr = mk_default_cr();
+    let facts = TestFacts::ready().applied(&cr);
+    let i = install(run(&cr, &facts));
+    let whys: Vec<_> = i.writes.iter().map(|w| (&w.desired.name, &w.why)).collect();
+    assert!(
+        i.writes.is_empty(),
+        "nothing differs, nothing is written: {whys:?}"
+    );
+    assert!(i.prune.is_empty());
+    assert_eq!(i.status.state, State::Ready);
+    assert_eq!(i.status.reason, "StatefulSetReady");
+    assert!(!i.tunnel.issued, "a valid certificate is kept");
+    assert!(i.requeue <= settings().resync);
+}
+
+#[test]
+fn drift_is_written_back_and_stale_objects_are_pruned() {
+    let cr = mk_default_cr();
+    let mut facts = TestFacts::ready().applied(&cr);
+    let cm = (
+        Kind::ConfigMap,
+        Some("kyma-system".into()),
+        names::CONFIGMAP_INFO.to_string(),
+    );
+    facts.0.owned.get_mut(&cm).expect("info ConfigMap").data["data"] = json!({"edited": "by hand"});
+    let stale = (
+        Kind::Service,
+        Some("kyma-system".into()),
+        "old-service".to_string(),
+    );
+    let mut old = facts.0.owned[&cm].clone();
+    old.metadata.name = Some("old-service".into());
+    facts.0.owned.insert(stale.clone(), old);
+    let i = install(run(&cr, &facts));
+    assert_eq!(i.writes.len(), 1);
+    assert_eq!(i.writes[0].desired.name, names::CONFIGMAP_INFO);
+    assert!(
+        !i.writes[0].confirm_absent,
+        "a cached object is ours: no read first"
+    );
+    assert_eq!(i.prune, vec![stale]);
+}
+
+#[test]
+fn a_new_statefulset_spec_is_rolling_out_not_ready() {
+    let cr = mk_default_cr();
+    let mut facts = TestFacts::ready().applied(&cr);
+    let key = (
+        Kind::StatefulSet,
+        Some("kyma-system".into()),
+        names::STATEFULSET.to_string(),
+    );
+    facts.0.owned.get_mut(&key).expect("sts").data["spec"]["replicas"] = json!(7);
+    let i = install(run(&cr, &facts));
+    assert_eq!(i.writes.len(), 1);
+    assert_eq!(
+        (i.status.state, i.status.reason.as_str()),
+        (State::Processing, "StatefulSetNotReady")
+    );
+    assert!(
+        i.status.description.contains("rolled out"),
+        "{}",
+        i.status.description
+    );
+}
+
+#[test]
+fn every_blocked_state_and_reason() {
+    let resync = Some(settings().resync);
+    let cr = mk_default_cr();
+    let elsewhere = {
+        let mut c = mk_default_cr();
+        c.metadata.namespace = Some("default".into());
+        c
+    };
+    let long_domain = format!("{}.example.org", "a".repeat(60));
+    let cases: Vec<Case> = vec![
+        (
+            "another CR is active",
+            &cr,
+            TestFacts::ready()
+                .with(|f| f.other_primary = Some(("kyma-system".into(), "older".into()))),
+            (State::Warning, "DuplicateConnectivityProxy", resync),
+        ),
+        (
+            "outside kyma-system",
+            &elsewhere,
+            TestFacts::ready(),
+            (State::Warning, "OutsideModuleNamespace", resync),
+        ),
+        (
+            "Istio missing",
+            &cr,
+            TestFacts::ready()
+                .with(|f| f.apis.missing_istio = vec!["gateways.networking.istio.io".into()]),
+            (State::Warning, "IstioCRDsMissing", resync),
+        ),
+        (
+            "BTP operator missing",
+            &cr,
+            TestFacts::ready().with(|f| {
+                f.apis.missing_btp = vec!["servicebindings.services.cloud.sap.com".into()]
+            }),
+            (State::Warning, "BTPOperatorCRDsMissing", resync),
+        ),
+        (
+            "no cluster domain",
+            &cr,
+            TestFacts::ready().with(|f| f.cluster_domain = None),
+            (State::Warning, "ExternalHostUnresolved", resync),
+        ),
+        (
+            "host too long",
+            &cr,
+            TestFacts::ready().with(|f| f.cluster_domain = Some(long_domain.clone())),
+            (State::Error, "ExternalHostTooLong", resync),
+        ),
+        (
+            "binding being created",
+            &cr,
+            TestFacts::ready().with(|f| f.binding = None),
+            (State::Processing, "ServiceKeyPending", Some(KEY_RECHECK)),
+        ),
+        (
+            "binding not ready",
+            &cr,
+            TestFacts::ready().with(|f| f.binding = Some(mk_binding(Some(false)))),
+            (State::Processing, "ServiceKeyPending", Some(KEY_RECHECK)),
+        ),
+        (
+            "binding without conditions",
+            &cr,
+            TestFacts::ready().with(|f| f.binding = Some(mk_binding(None))),
+            (State::Processing, "ServiceKeyPending", Some(KEY_RECHECK)),
+        ),
+        (
+            "binding Secret without the key",
+            &cr,
+            TestFacts::ready().with(|f| f.key_secret = Some(mk_key_secret(false))),
+            (State::Processing, "ServiceKeyPending", Some(KEY_RECHECK)),
+        ),
+        (
+            "CA endpoint down",
+            &cr,
+            TestFacts::ready()
+                .with(|f| f.connectivity_ca = ConnectivityCa::Failed("connection refused".into())),
+            (
+                State::Warning,
+                "ConnectivityCAUnavailable",
+                Some(OUTSIDE_RECHECK),
+            ),
+        ),
+        (
+            "key without a CA URL",
+            &cr,
+            TestFacts::ready()
+                .with(|f| f.connectivity_ca = ConnectivityCa::Unusable("no url".into())),
+            (
+                State::Warning,
+                "ConnectivityCAUnavailable",
+                Some(OUTSIDE_RECHECK),
+            ),
+        ),
+        (
+            "StatefulSet absent",
+            &cr,
+            TestFacts::ready().with(|f| f.statefulset = None),
+            (
+                State::Processing,
+                "StatefulSetNotReady",
+                Some(NOT_READY_RECHECK),
+            ),
+        ),
+        (
+            "generation not observed",
+            &cr,
+            TestFacts::ready().with(|f| f.statefulset = Some(mk_statefulset(2, 1, 1))),
+            (
+                State::Processing,
+                "StatefulSetNotReady",
+                Some(NOT_READY_RECHECK),
+            ),
+        ),
+        (
+            "pod failing",
+            &cr,
+            TestFacts::ready().with(|f| {
+                f.statefulset = Some(mk_statefulset(1, 1, 0));
+                f.pod_problem = Some("init container failed".into());
+            }),
+            (State::Warning, "ProxyPodFailing", Some(NOT_READY_RECHECK)),
+        ),
+        (
+            "ready",
+            &cr,
+            TestFacts::ready(),
+            (State::Ready, "StatefulSetReady", None),
+        ),
+    ];
+    for (what, cr, facts, (state, reason, requeue)) in cases {
+        // Every object written already: the status follows from the facts, not from a rollout.
+        let facts = facts.applied(cr);
+        let (got_state, got_reason, got_requeue) = outcome(&run(cr, &facts));
+        assert_eq!((got_state, got_reason.as_str()), (state, reason), "{what}");
+        if let Some(r) = requeue {
+            assert_eq!(got_requeue, Some(r), "{what}");
+        }
+    }
+}
+
+#[test]
+fn a_missing_dependency_applies_nothing() {
+    let facts = TestFacts::ready()
+        .with(|f| f.apis.missing_istio = vec!["gateways.networking.istio.io".into()]);
+    let Plan::Blocked { status, .. } = run(&mk_default_cr(), &facts) else {
+        panic!("blocked")
+    };
+    assert!(
+        status.description.contains("nothing was applied"),
+        "{}",
+        status.description
+    );
+}
+
+#[test]
+fn too_many_mappings_keep_the_last_configmap_that_fitted() {
+    let cr = mk_default_cr();
+    let facts = TestFacts::ready().with(|f| f.mappings = (0..7000).map(mk_mapping).collect());
+    let i = install(run(&cr, &facts));
+    assert_eq!(
+        (i.status.state, i.status.reason.as_str()),
+        (State::Warning, "ServiceMappingsTooLarge")
+    );
+    assert!(
+        !i.writes
+            .iter()
+            .any(|w| w.desired.name == names::CONFIGMAP_SERVICE_MAPPINGS),
+        "the mappings ConfigMap is not written"
+    );
+    let applied = facts.applied(&cr);
+    let cm = (
+        Kind::ConfigMap,
+        Some("kyma-system".into()),
+        names::CONFIGMAP_SERVICE_MAPPINGS.to_string(),
+    );
+    assert!(
+        !install(run(&cr, &applied)).prune.contains(&cm),
+        "nor pruned"
+    );
+}
+
+#[test]
+fn a_failed_ca_fetch_keeps_the_previous_ca_secret() {
+    let cr = mk_default_cr();
+    let applied = TestFacts::ready().applied(&cr);
+    let failed = TestFacts(applied.0.clone())
+        .with(|f| f.connectivity_ca = ConnectivityCa::Failed("timeout".into()));
+    let i = install(run(&cr, &failed));
+    assert!(i.prune.is_empty(), "the cacert Secret stays: {:?}", i.prune);
+    assert!(i.writes.is_empty());
+}
+
+#[test]
+fn the_cr_is_written_first_finalizer_and_release_defaults() {
+    let mut cr = mk_default_cr();
+    cr.metadata.finalizers = None;
+    assert!(
+        matches!(run(&cr, &TestFacts::ready()), Plan::UpdateCr(p) if matches!(p[..], [CrPatch::Finalizer(_)]))
+    );
+    cr.metadata.finalizers = Some(vec!["someone/else".into()]);
+    let Plan::UpdateCr(p) = run(&cr, &TestFacts::ready()) else {
+        panic!("update")
+    };
+    assert_eq!(
+        p,
+        vec![CrPatch::Finalizer(
+            json!([{"op": "add", "path": "/metadata/finalizers/-", "value": names::FINALIZER}])
+        )]
+    );
+    let mut old = mk_default_cr();
+    old.metadata.annotations = None;
+    let Plan::UpdateCr(p) = run(&old, &TestFacts::ready()) else {
+        panic!("update")
+    };
+    assert!(matches!(p[..], [CrPatch::ReleaseDefaults(_)]));
+}
+
+#[test]
+fn a_legacy_installation_is_taken_over_first() {
+    let cr = mk_default_cr();
+    let legacy = TestFacts::ready().with(|f| f.legacy_statefulset = true);
+    assert_eq!(run(&cr, &legacy), Plan::Migrate);
+    let mut in_progress = mk_default_cr();
+    in_progress
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(
+            crate::migration::MIGRATION_ANNOTATION.into(),
+            "in-progress".into(),
+        );
+    assert_eq!(run(&in_progress, &TestFacts::ready()), Plan::Migrate);
+    let mut done = mk_default_cr();
+    done.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(crate::migration::MIGRATION_ANNOTATION.into(), "done".into());
+    assert!(matches!(run(&done, &TestFacts::ready()), Plan::Install(_)));
+}
+
+#[test]
+fn migration_steps_report_processing_and_blockers_warn() {
+    use crate::migration::{Blocker, Outcome};
+    assert_eq!(migration_status(&Outcome::NotNeeded), None);
+    let (c, after) =
+        migration_status(&Outcome::Progressed("LegacyInstallationDetected")).expect("status");
+    assert_eq!(
+        (c.state, c.reason.as_str(), after),
+        (State::Processing, "LegacyInstallationDetected", NEXT_STEP)
+    );
+    let blockers = vec![Blocker {
+        subject: "ConfigMap x".into(),
+        message: "unreadable".into(),
+    }];
+    let (c, _) = migration_status(&Outcome::Blocked(blockers)).expect("status");
+    assert_eq!(
+        (c.state, c.reason.as_str()),
+        (State::Warning, "LegacyMigrationBlocked")
+    );
+}
+
+#[test]
+fn failed_writes_name_the_object_and_who_must_act() {
+    let i = install(run(&mk_default_cr(), &TestFacts::ready()));
+    let (c, after) = apply_failed(&i, &crate::Error::NotOurs("Service kyma-system/x".into()));
+    assert_eq!(
+        (c.state, c.reason.as_str(), after),
+        (State::Warning, "ObjectNotOwned", Some(OUTSIDE_RECHECK))
+    );
+    assert!(c.description.contains("Service kyma-system/x"));
+    let (c, after) = apply_failed(
+        &i,
+        &crate::Error::Invalid("namespace istio-system does not exist".into()),
+    );
+    assert_eq!(
+        (c.state, c.reason.as_str(), after),
+        (State::Error, "ApplyFailed", None)
+    );
+}
+
+#[test]
+fn a_rotated_key_or_certificate_changes_the_pod_template_hash() {
+    let key = crate::btp::ServiceKey::parse(b"{}".to_vec());
+    let other = crate::btp::ServiceKey::parse(b"{\"a\":1}".to_vec());
+    assert_eq!(secrets_hash(None, None), None);
+    assert_ne!(
+        secrets_hash(None, Some(&key)),
+        secrets_hash(None, Some(&other))
+    );
+    let tls: Secret = serde_json::from_value(json!({"data": {"tls.crt": "YQ=="}})).expect("secret");
+    assert_ne!(
+        secrets_hash(Some(&tls), Some(&key)),
+        secrets_hash(None, Some(&key))
+    );
+}
