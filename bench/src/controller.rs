@@ -14,25 +14,26 @@ use anyhow::{Context, anyhow, bail};
 use cp_api::{ConnectivityProxy, ServiceMapping, State, names};
 use cp_tests::cluster::{AuditWrite, Options, ensure_namespace};
 use cp_tests::controller::{CONTROLLER_USER, ControllerProcess};
+use cp_tests::fakes::StandIns;
+use cp_tests::fixtures::{default_connectivity_proxy, service_mapping};
+use cp_tests::legacy::{self, MappingSnapshot};
+use cp_tests::wait::admission_active;
 use cp_tests::webhook::{Webhook, http_get};
 use cp_tests::{ControlPlane, manifest};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{
-    Api, ApiResource, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::watch;
 
 const NS: &str = names::KYMA_SYSTEM;
 const CR: &str = names::DEFAULT_CR_NAME;
 const DOMAIN: &str = "bench.kyma.example.com";
-const LEGACY_DOMAIN: &str = "legacy.kyma.example.com";
 const SUBACCOUNT: &str = "11111111-2222-3333-4444-555555555555";
 const SUBDOMAIN: &str = "bench-subdomain";
 const WEBHOOK_USER: &str = "system:serviceaccount:kyma-system:connectivity-proxy-webhook";
@@ -315,11 +316,11 @@ async fn main_phase(
             .await
             .context("starting the webhook")?;
     wh.register(&admin).await?;
-    wait_admitted(&admin).await?;
+    admission_active(&admin).await?;
 
     let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
     let cr_watch = watch_one(crs.clone(), CR, CrView::of);
-    crs.create(&PostParams::default(), &default_cr()?)
+    crs.create(&PostParams::default(), &default_connectivity_proxy(CR))
         .await
         .context("creating the default CR")?;
     play_until_ready(&admin, cr_watch.rx.clone(), Duration::from_secs(60)).await?;
@@ -361,15 +362,7 @@ async fn main_phase(
 
 /// Our CRDs, Istio's and the BTP operator's, the namespaces, and shoot-info with `domain`.
 async fn install_prerequisites(admin: &Client, domain: &str) -> anyhow::Result<()> {
-    let manifests = cp_tests::workspace_root().join("manifests");
-    for f in [
-        "crds/connectivityproxies.connectivityproxy.sap.com.yaml",
-        "crds/servicemappings.connectivityproxy.sap.com.yaml",
-    ] {
-        manifest::apply_file(admin, &manifests.join(f), None)
-            .await
-            .with_context(|| format!("applying {f}"))?;
-    }
+    cp_tests::fixtures::apply_our_crds(admin).await?;
     cp_tests::fixtures::apply(
         admin,
         &[cp_tests::fixtures::ISTIO_CRDS, cp_tests::fixtures::BTP_CRDS],
@@ -386,51 +379,6 @@ async fn install_prerequisites(admin: &Client, domain: &str) -> anyhow::Result<(
         .await
         .context("writing shoot-info")?;
     Ok(())
-}
-
-/// The module's default CR (`manifests/default-cr.yaml`).
-fn default_cr() -> anyhow::Result<ConnectivityProxy> {
-    let path = cp_tests::fixtures::default_cr_path();
-    let yaml =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let first = yaml.split("\n---").next().unwrap_or(&yaml);
-    let mut v: Value =
-        serde_norway::from_str(first).with_context(|| format!("parsing {}", path.display()))?;
-    v.as_object_mut()
-        .with_context(|| format!("{} is not an object", path.display()))?
-        .insert("metadata".into(), json!({"name": CR}));
-    serde_json::from_value(v)
-        .with_context(|| format!("{} is not a ConnectivityProxy", path.display()))
-}
-
-/// Waits until the API server calls the webhook: a dry-run create of the default CR comes back
-/// defaulted.
-async fn wait_admitted(admin: &Client) -> anyhow::Result<()> {
-    let ns = "webhook-probe";
-    ensure_namespace(admin, ns).await?;
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        ns,
-        &ApiResource::erase::<ConnectivityProxy>(&()),
-    );
-    let mut probe: DynamicObject = serde_json::from_value(serde_json::to_value(default_cr()?)?)?;
-    probe.metadata.name = Some("probe".into());
-    let pp = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    cp_tests::wait::until(
-        "the API server to call the webhook",
-        Duration::from_secs(30),
-        || {
-            let (api, probe, pp) = (api.clone(), probe.clone(), pp.clone());
-            async move {
-                let created = api.create(&pp, &probe).await.map_err(|e| e.to_string())?;
-                Ok(created.data["spec"].get("deployment").map(|_| ()))
-            }
-        },
-    )
-    .await
 }
 
 /// What the bench follows of the CR.
@@ -462,7 +410,7 @@ async fn play_until_ready(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut btp_played = false;
+    let stand_ins = StandIns::new(admin, NS, CR, Some((SUBACCOUNT, SUBDOMAIN)));
     let mut last_error = String::new();
     loop {
         let CrView {
@@ -474,15 +422,11 @@ async fn play_until_ready(
         if state == Some(State::Ready) {
             return Ok(());
         }
-        if !btp_played && reasons.iter().any(|r| r == "ServiceKeyPending") {
-            cp_tests::fakes::play_btp_operator(admin, NS, CR, SUBACCOUNT, SUBDOMAIN)
-                .await
-                .context("playing the SAP BTP service operator")?;
-            btp_played = true;
-        }
-        if reasons.iter().any(|r| r == "StatefulSetNotReady")
-            && let Err(e) = cp_tests::fakes::mark_statefulset_ready(admin, NS).await
-        {
+        stand_ins
+            .play_btp_operator(&reasons)
+            .await
+            .context("playing the SAP BTP service operator")?;
+        if let Err(e) = stand_ins.mark_statefulset_ready(&reasons).await {
             last_error = format!("; marking the StatefulSet ready: {e:#}");
         }
         if tokio::time::Instant::now() >= deadline {
@@ -867,22 +811,6 @@ async fn reconcile_requests(
     Ok(out)
 }
 
-fn mapping(
-    name: &str,
-    labels: Option<BTreeMap<String, String>>,
-    spec: Value,
-) -> anyhow::Result<ServiceMapping> {
-    Ok(ServiceMapping {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels,
-            ..Default::default()
-        },
-        spec: serde_json::from_value(spec).context("ServiceMapping spec")?,
-        status: None,
-    })
-}
-
 /// Creates the mappings, `IN_FLIGHT` at a time, retrying transient failures; returns the created
 /// objects (uid and spec as stored) and how many retries it took.
 async fn create_mappings(
@@ -964,13 +892,12 @@ async fn aggregate(admin: &Client, n: usize, adopt_wait: Duration) -> anyhow::Re
     let mappings = (1..=n)
         .map(|i| {
             let name = format!("m-{i:05}");
-            mapping(
+            service_mapping(
                 &name,
-                None,
                 json!({"type": "TCP", "serviceId": name, "internalAddress": "h:80"}),
             )
         })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .collect();
     let t0 = Instant::now();
     let (_, retries) = create_mappings(admin, mappings).await?;
     let created_at = Instant::now();
@@ -1026,34 +953,13 @@ async fn aggregate(admin: &Client, n: usize, adopt_wait: Duration) -> anyhow::Re
 // Legacy takeover.
 
 /// A legacy installation with `5 + extra` ServiceMappings; returns uid and spec of each mapping.
-async fn legacy_cluster(
-    admin: &Client,
-    extra: usize,
-) -> anyhow::Result<BTreeMap<String, (String, Value)>> {
-    install_prerequisites(admin, LEGACY_DOMAIN).await?;
-    cp_tests::fixtures::apply(admin, &cp_tests::fixtures::LEGACY_CRDS, None).await?;
-    cp_tests::fixtures::apply(admin, &cp_tests::fixtures::LEGACY_INSTALL, Some(NS)).await?;
-    let labels: BTreeMap<String, String> = [("owner".to_string(), "team-erp".to_string())].into();
-    let mappings = (0..5 + extra)
-        .map(|i| {
-            mapping(
-                &format!("legacy-mapping-{i}"),
-                Some(labels.clone()),
-                json!({"type": "RFC", "serviceId": format!("erp-{i}"),
-                    "subaccountId": "00000000-0000-0000-0000-000000000000",
-                    "internalAddress": format!("erp-{i}.erp:3300"), "locationIds": ["loc1"]}),
-            )
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+async fn legacy_cluster(admin: &Client, extra: usize) -> anyhow::Result<MappingSnapshot> {
+    cp_tests::fixtures::apply_our_crds(admin).await?;
+    legacy::install(admin).await?;
+    let mappings = (0..5 + extra).map(legacy::mapping).collect();
     let (created, _) = create_mappings(admin, mappings).await?;
-    cp_tests::fixtures::apply(admin, &[cp_tests::fixtures::LEGACY_WEBHOOK], None).await?;
-    created
-        .into_iter()
-        .map(|m| {
-            let spec = serde_json::to_value(&m.spec)?;
-            Ok((m.name_any(), (m.uid().unwrap_or_default(), spec)))
-        })
-        .collect()
+    legacy::register_webhook(admin).await?;
+    Ok(legacy::snapshot(created))
 }
 
 async fn takeover_phase(cp: &ControlPlane, sizes: &Sizes) -> anyhow::Result<Takeover> {
@@ -1064,9 +970,9 @@ async fn takeover_phase(cp: &ControlPlane, sizes: &Sizes) -> anyhow::Result<Take
         .await
         .context("starting the webhook")?;
     wh.register(&admin).await?;
-    wait_admitted(&admin).await?;
+    admission_active(&admin).await?;
     let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
-    crs.create(&PostParams::default(), &default_cr()?)
+    crs.create(&PostParams::default(), &default_connectivity_proxy(CR))
         .await
         .context("creating the default CR")?;
 
@@ -1143,10 +1049,7 @@ async fn takeover_phase(cp: &ControlPlane, sizes: &Sizes) -> anyhow::Result<Take
 }
 
 /// Nothing was lost: every mapping kept its uid, spec and user labels, and the legacy objects are gone.
-async fn verify_takeover(
-    admin: &Client,
-    before: &BTreeMap<String, (String, Value)>,
-) -> anyhow::Result<()> {
+async fn verify_takeover(admin: &Client, before: &MappingSnapshot) -> anyhow::Result<()> {
     let now: BTreeMap<String, ServiceMapping> = Api::<ServiceMapping>::all(admin.clone())
         .list(&ListParams::default())
         .await

@@ -4,9 +4,7 @@ use serde_json::{Value, json};
 
 /// The module's default CR (`manifests/default-cr.yaml`) as JSON.
 pub fn default_cr() -> anyhow::Result<Value> {
-    let path = cp_tests::workspace_root().join("manifests/default-cr.yaml");
-    let text = std::fs::read_to_string(&path)?;
-    let mut cr: Value = serde_norway::from_str(&text)?;
+    let mut cr = cp_tests::fixtures::shipped_default_cr();
     cr["metadata"]["uid"] = json!("0d7c1f1e-4a55-4cf2-9c3a-6a1b2b4c5d6e");
     cr["metadata"]["creationTimestamp"] = json!("2026-11-01T00:00:00Z");
     Ok(cr)

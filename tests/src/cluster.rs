@@ -65,9 +65,19 @@ pub enum Identity {
     /// `system:masters`.
     Admin,
     /// A user with groups, authenticated by a client certificate.
-    User { name: String, groups: Vec<String> },
+    User {
+        /// The user name.
+        name: String,
+        /// The groups it is in.
+        groups: Vec<String>,
+    },
     /// A ServiceAccount, authenticated by a bound token.
-    ServiceAccount { namespace: String, name: String },
+    ServiceAccount {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
 }
 
 /// A running etcd + kube-apiserver + kube-controller-manager.

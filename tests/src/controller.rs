@@ -95,13 +95,6 @@ impl ControllerProcess {
 
     /// The value of a metric series (first line starting with `series`), or 0.
     pub async fn metric(&self, series: &str) -> f64 {
-        let Ok((_, body)) = http_get(&self.metrics_addr, "/metrics").await else {
-            return 0.0;
-        };
-        body.lines()
-            .find(|l| l.starts_with(series))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
+        crate::webhook::metric(&self.metrics_addr, series).await
     }
 }

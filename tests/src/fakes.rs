@@ -1,6 +1,7 @@
 //! Stand-ins for what runs in a real Kyma cluster but not on a local control plane: the SAP BTP service
 //! operator, the Connectivity service's CA endpoint, the StatefulSet controller with its kubelets.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -84,10 +85,73 @@ pub async fn mark_statefulset_ready(admin: &Client, ns: &str) -> anyhow::Result<
     Ok(())
 }
 
-/// Plays what a local control plane lacks for CR `ns/cr` (with `btp` = (subaccount, subdomain), the SAP
-/// BTP service operator once, when the CR waits for its service key; the StatefulSet's kubelets,
-/// whenever it waits for them) until the CR is Ready, or fails after `timeout` with the CR's last state
-/// and reasons.
+/// What a local control plane lacks for CR `ns/cr`, played as the CR's conditions ask for it: the SAP
+/// BTP service operator (with `btp` = (subaccount, subdomain); once, when the CR waits for its service
+/// key) and the StatefulSet's kubelets (whenever the CR waits for them).
+pub struct StandIns<'a> {
+    admin: &'a Client,
+    ns: &'a str,
+    cr: &'a str,
+    btp: Option<(&'a str, &'a str)>,
+    btp_played: AtomicBool,
+}
+
+impl<'a> StandIns<'a> {
+    /// The stand-ins for CR `ns/cr`.
+    pub fn new(
+        admin: &'a Client,
+        ns: &'a str,
+        cr: &'a str,
+        btp: Option<(&'a str, &'a str)>,
+    ) -> Self {
+        Self {
+            admin,
+            ns,
+            cr,
+            btp,
+            btp_played: AtomicBool::new(false),
+        }
+    }
+
+    /// Plays what the CR's condition `reasons` wait for: [`Self::play_btp_operator`], then
+    /// [`Self::mark_statefulset_ready`].
+    pub async fn react(&self, reasons: &[impl AsRef<str>]) -> anyhow::Result<()> {
+        self.play_btp_operator(reasons)
+            .await
+            .context("playing the BTP operator")?;
+        self.mark_statefulset_ready(reasons)
+            .await
+            .context("marking the StatefulSet ready")
+    }
+
+    /// Plays the SAP BTP service operator ([`play_btp_operator`]) if it has a service key to give and
+    /// has not played yet, and `reasons` hold `ServiceKeyPending`.
+    pub async fn play_btp_operator(&self, reasons: &[impl AsRef<str>]) -> anyhow::Result<()> {
+        if let Some((subaccount, subdomain)) = self.btp
+            && has(reasons, "ServiceKeyPending")
+            && !self.btp_played.swap(true, Ordering::SeqCst)
+        {
+            play_btp_operator(self.admin, self.ns, self.cr, subaccount, subdomain).await?;
+        }
+        Ok(())
+    }
+
+    /// Plays the StatefulSet's kubelets ([`mark_statefulset_ready`]) if `reasons` hold
+    /// `StatefulSetNotReady`.
+    pub async fn mark_statefulset_ready(&self, reasons: &[impl AsRef<str>]) -> anyhow::Result<()> {
+        if has(reasons, "StatefulSetNotReady") {
+            mark_statefulset_ready(self.admin, self.ns).await?;
+        }
+        Ok(())
+    }
+}
+
+fn has(reasons: &[impl AsRef<str>], reason: &str) -> bool {
+    reasons.iter().any(|r| r.as_ref() == reason)
+}
+
+/// Plays what a local control plane lacks for CR `ns/cr` ([`StandIns`]) until the CR is Ready, or fails
+/// after `timeout` with the CR's last state and reasons.
 pub async fn play_until_ready(
     admin: &Client,
     ns: &str,
@@ -96,30 +160,20 @@ pub async fn play_until_ready(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let api: Api<cp_api::ConnectivityProxy> = Api::namespaced(admin.clone(), ns);
-    let btp_played = std::sync::atomic::AtomicBool::new(false);
+    let stand_ins = StandIns::new(admin, ns, cr, btp);
     crate::wait::until(&format!("{ns}/{cr} Ready"), timeout, || {
-        let (api, btp_played) = (api.clone(), &btp_played);
+        let (api, stand_ins) = (api.clone(), &stand_ins);
         async move {
             let c = api.get(cr).await.map_err(|e| e.to_string())?;
             let st = c.status.unwrap_or_default();
             if st.state == Some(cp_api::State::Ready) {
                 return Ok(Some(()));
             }
-            let has = |r: &str| st.conditions.iter().any(|c| c.reason == r);
-            if let Some((subaccount, subdomain)) = btp
-                && has("ServiceKeyPending")
-                && !btp_played.swap(true, std::sync::atomic::Ordering::SeqCst)
-            {
-                play_btp_operator(admin, ns, cr, subaccount, subdomain)
-                    .await
-                    .map_err(|e| format!("playing the BTP operator: {e:#}"))?;
-            }
-            if has("StatefulSetNotReady") {
-                mark_statefulset_ready(admin, ns)
-                    .await
-                    .map_err(|e| format!("marking the StatefulSet ready: {e:#}"))?;
-            }
             let reasons: Vec<&str> = st.conditions.iter().map(|c| c.reason.as_str()).collect();
+            stand_ins
+                .react(&reasons)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
             Err(format!(
                 "{:?}: {:?}, reasons {reasons:?}",
                 st.state, st.description

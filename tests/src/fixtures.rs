@@ -1,10 +1,16 @@
 //! The project's own test fixtures under `tests/fixtures/` (see its README): minimal third-party CRDs
-//! and a legacy installation, written by this project, so a clone with nothing beside it runs and tests.
+//! and a legacy installation, written by this project, so a clone with nothing beside it runs and tests;
+//! our CRDs from `manifests/`; and builders of the objects tests create (the default CR, ServiceMappings).
+//!
+//! The builders panic on a broken checkout (a manifest that does not parse): they are test fixtures.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
+use cp_api::{ConnectivityProxy, ServiceMapping};
 use kube::Client;
+use serde_json::Value;
+use tokio::sync::OnceCell;
 
 use crate::manifest;
 
@@ -44,9 +50,71 @@ pub fn path(rel: &str) -> PathBuf {
     crate::workspace_root().join("tests/fixtures").join(rel)
 }
 
+/// Path of a file under the project's `manifests/`.
+pub fn manifest_path(rel: &str) -> PathBuf {
+    crate::workspace_root().join("manifests").join(rel)
+}
+
 /// The module's default CR as shipped (`manifests/default-cr.yaml`).
 pub fn default_cr_path() -> PathBuf {
-    crate::workspace_root().join("manifests/default-cr.yaml")
+    manifest_path("default-cr.yaml")
+}
+
+/// Our CRDs, under `manifests/`.
+pub const OUR_CRDS: [&str; 2] = [
+    "crds/connectivityproxies.connectivityproxy.sap.com.yaml",
+    "crds/servicemappings.connectivityproxy.sap.com.yaml",
+];
+
+/// Applies our CRDs ([`OUR_CRDS`], server-side).
+pub async fn apply_our_crds(client: &Client) -> anyhow::Result<()> {
+    for f in OUR_CRDS {
+        manifest::apply_file(client, &manifest_path(f), None)
+            .await
+            .with_context(|| format!("applying {f}"))?;
+    }
+    Ok(())
+}
+
+/// Applies our CRDs once per process (into the shared control plane); panics if they do not apply.
+pub async fn install_our_crds(client: &Client) {
+    static DONE: OnceCell<()> = OnceCell::const_new();
+    DONE.get_or_init(|| async {
+        apply_our_crds(client)
+            .await
+            .unwrap_or_else(|e| panic!("our CRDs: {e:#}"))
+    })
+    .await;
+}
+
+/// The module's default CR as shipped, metadata included: the first document of
+/// [`default_cr_path`], as JSON.
+pub fn shipped_default_cr() -> Value {
+    let path = default_cr_path();
+    let yaml = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_norway::from_str(yaml.split("\n---").next().unwrap_or(&yaml))
+        .unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
+}
+
+/// The Kyma default CR named `name`, without a namespace (it takes the one it is created in), as JSON.
+pub fn default_cr(name: &str) -> Value {
+    let mut v = shipped_default_cr();
+    v["metadata"] = serde_json::json!({"name": name});
+    v
+}
+
+/// [`default_cr`] typed.
+pub fn default_connectivity_proxy(name: &str) -> ConnectivityProxy {
+    serde_json::from_value(default_cr(name))
+        .unwrap_or_else(|e| panic!("the default CR is not a ConnectivityProxy: {e}"))
+}
+
+/// A ServiceMapping named `name` with `spec` (JSON, e.g. `{"type": "TCP", "serviceId": ...}`).
+pub fn service_mapping(name: &str, spec: Value) -> ServiceMapping {
+    let spec = serde_json::from_value(spec.clone())
+        .unwrap_or_else(|e| panic!("ServiceMapping spec {spec}: {e}"));
+    ServiceMapping::new(name, spec)
 }
 
 /// Applies fixture files (server-side) and waits for any CRDs among them to be established.

@@ -5,15 +5,20 @@
 //! Every process joins one process group led by a small watchdog that kills the group when the
 //! process that started it exits, however it exits (a passing run, a panic, an abort, Ctrl-C).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod cluster;
 pub mod container;
 pub mod controller;
 pub mod fakes;
 pub mod fixtures;
+pub mod legacy;
 pub mod manifest;
 pub mod netns;
 pub mod node;
+pub mod restart;
+pub mod shared;
+pub mod support;
 pub mod wait;
 pub mod webhook;
 pub mod yaml11;

@@ -1,4 +1,5 @@
-//! Waiting on conditions with a deadline: the only synchronisation tests use.
+//! Waiting on conditions with a deadline: the only synchronisation tests use; and the waits every
+//! suite needs (admission through the webhook).
 
 use std::future::Future;
 use std::time::Duration;
@@ -25,4 +26,40 @@ where
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_millis(500));
     }
+}
+
+/// Waits until a dry-run create of the default CR ([`crate::fixtures::default_cr`]) through `api`
+/// comes back defaulted by the webhook, i.e. the API server calls the webhook and trusts its
+/// certificate; fails after 30 s with `what`.
+pub async fn admitted(
+    api: &kube::api::Api<kube::api::DynamicObject>,
+    what: &str,
+) -> anyhow::Result<()> {
+    use kube::api::{DynamicObject, PostParams};
+    let obj: DynamicObject = serde_json::from_value(crate::fixtures::default_cr("probe"))?;
+    let pp = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    until(what, Duration::from_secs(30), || {
+        let (api, obj, pp) = (api.clone(), obj.clone(), pp.clone());
+        async move {
+            let created = api.create(&pp, &obj).await.map_err(|e| e.to_string())?;
+            Ok(created.data["spec"].get("deployment").map(|_| ()))
+        }
+    })
+    .await
+}
+
+/// Waits until the API server calls the webhook for ConnectivityProxies ([`admitted`], probed as
+/// `client` in namespace `webhook-probe`).
+pub async fn admission_active(client: &kube::Client) -> anyhow::Result<()> {
+    let ns = "webhook-probe";
+    crate::cluster::ensure_namespace(client, ns).await?;
+    let api = kube::api::Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::api::ApiResource::erase::<cp_api::ConnectivityProxy>(&()),
+    );
+    admitted(&api, "the API server to call the webhook").await
 }

@@ -217,6 +217,19 @@ fn pem_to_der(pem: &str) -> anyhow::Result<Vec<u8>> {
     Ok(base64::engine::general_purpose::STANDARD.decode(body)?)
 }
 
+/// The value of a metric series (first line starting with `series`) on the `/metrics` of
+/// `metrics_addr`, or 0.
+pub async fn metric(metrics_addr: &str, series: &str) -> f64 {
+    let Ok((_, body)) = http_get(metrics_addr, "/metrics").await else {
+        return 0.0;
+    };
+    body.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// A minimal HTTP/1.0 GET over loopback.
 pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
     let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))

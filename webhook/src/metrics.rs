@@ -19,8 +19,8 @@ pub struct Metrics {
     pub duration: HistogramVec,
     /// `cp_webhook_certificate_reloads_total`.
     pub cert_reloads: IntCounter,
-    /// `cp_webhook_certificate_reload_failures_total`.
-    pub cert_reload_failures: IntCounter,
+    /// `cp_webhook_certificate_reload_failures_total{error}`, by [`crate::Error::metric_label`].
+    pub cert_reload_failures: IntCounterVec,
     /// `cp_webhook_certificate_expiry_timestamp_seconds`.
     pub cert_expiry: IntGauge,
     /// `cp_build_info{component,version}`.
@@ -53,9 +53,12 @@ impl Metrics {
             "cp_webhook_certificate_reloads_total",
             "Serving certificates swapped in without a restart.",
         )?;
-        let cert_reload_failures = IntCounter::new(
-            "cp_webhook_certificate_reload_failures_total",
-            "New serving certificates that could not be loaded.",
+        let cert_reload_failures = IntCounterVec::new(
+            Opts::new(
+                "cp_webhook_certificate_reload_failures_total",
+                "New serving certificates that could not be loaded, by error.",
+            ),
+            &["error"],
         )?;
         let cert_expiry = IntGauge::new(
             "cp_webhook_certificate_expiry_timestamp_seconds",
@@ -89,6 +92,13 @@ impl Metrics {
             cert_expiry,
             build_info,
         })
+    }
+
+    /// Counts a new serving certificate that could not be loaded, labelled by its error.
+    pub fn cert_reload_failed(&self, err: &crate::Error) {
+        self.cert_reload_failures
+            .with_label_values(&[err.metric_label()])
+            .inc();
     }
 
     /// Records the expiry of a newly served certificate.

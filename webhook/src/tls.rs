@@ -131,7 +131,7 @@ pub fn apply_update(store: &CertStore, metrics: &Metrics, cert: &[u8], key: &[u8
         }
         Ok(false) => {}
         Err(e) => {
-            metrics.cert_reload_failures.inc();
+            metrics.cert_reload_failed(&e);
             tracing::warn!(error = %e, "new serving certificate refused; keeping the current one");
         }
     }

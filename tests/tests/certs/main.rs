@@ -2,10 +2,6 @@
 //! serving certificate and the business-tunnel certificate with lifetimes of seconds.
 #![forbid(unsafe_code)]
 
-#[allow(dead_code)]
-#[path = "../e2e/common.rs"]
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -13,14 +9,14 @@ use std::time::{Duration, Instant};
 use cp_api::{ConnectivityProxy, names};
 use cp_tests::cluster::{Identity, ensure_namespace};
 use cp_tests::controller::ControllerProcess;
+use cp_tests::fixtures::{self, default_connectivity_proxy, default_cr, install_our_crds};
 use cp_tests::manifest;
-use cp_tests::webhook::Webhook;
+use cp_tests::shared::{ALICE, EDITOR_RBAC, control_plane};
+use cp_tests::webhook::{Webhook, metric};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::{Mutex, OnceCell};
-
-use common::{ALICE, EDITOR_RBAC, control_plane, default_cr, install_our_crds};
 
 const DOMAIN: &str = "certs.kyma.example.com";
 static TURN: Mutex<()> = Mutex::const_new(());
@@ -51,17 +47,6 @@ async fn controller() -> &'static ControllerProcess {
         .expect("controller")
     })
     .await
-}
-
-async fn metric(addr: &str, series: &str) -> f64 {
-    let Ok((_, body)) = cp_tests::webhook::http_get(addr, "/metrics").await else {
-        return 0.0;
-    };
-    body.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
 }
 
 #[tokio::test]
@@ -107,7 +92,9 @@ async fn webhook_certificate_and_ca_rotate_without_a_failed_admission_request() 
     let api: Api<DynamicObject> =
         Api::namespaced_with(alice, &ns, &ApiResource::erase::<ConnectivityProxy>(&()));
     let probe: DynamicObject = serde_json::from_value(default_cr("probe")).expect("cr");
-    common::wait_admitted(&api, "admission through the controller-issued certificate").await;
+    cp_tests::wait::admitted(&api, "admission through the controller-issued certificate")
+        .await
+        .expect("admission through the webhook");
 
     let target: DynamicObject = serde_json::from_value(default_cr("load-target")).expect("cr");
     api.create(&PostParams::default(), &target)
@@ -246,13 +233,9 @@ fn secret_text(s: &Secret, key: &str) -> String {
 }
 
 async fn install_dependencies(admin: &kube::Client) {
-    cp_tests::fixtures::apply(
-        admin,
-        &[cp_tests::fixtures::ISTIO_CRDS, cp_tests::fixtures::BTP_CRDS],
-        None,
-    )
-    .await
-    .expect("CRDs");
+    fixtures::apply(admin, &[fixtures::ISTIO_CRDS, fixtures::BTP_CRDS], None)
+        .await
+        .expect("CRDs");
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shoot-info", "namespace": "kube-system"}, "data": {"domain": DOMAIN}});
     manifest::apply_object(admin, serde_json::from_value(cm).expect("cm"), None)
         .await
@@ -284,8 +267,7 @@ async fn built_in_tunnel_certificate_is_renewed_again_and_again() {
     let admin = cp.admin().await.expect("admin");
     controller().await;
     install_dependencies(&admin).await;
-    let cr: ConnectivityProxy =
-        serde_json::from_value(default_cr("connectivity-proxy")).expect("cr");
+    let cr = default_connectivity_proxy("connectivity-proxy");
     Api::<ConnectivityProxy>::namespaced(admin.clone(), "kyma-system")
         .create(&PostParams::default(), &cr)
         .await
@@ -349,20 +331,15 @@ async fn gardener_certificate_is_used_where_its_crd_exists() {
     let admin = cp.admin().await.expect("admin");
     controller().await;
     install_dependencies(&admin).await;
-    manifest::apply_file(
-        &admin,
-        &common::fixture(cp_tests::fixtures::GARDENER_CERT_CRD),
-        None,
-    )
-    .await
-    .expect("Gardener CRD");
+    manifest::apply_file(&admin, &fixtures::path(fixtures::GARDENER_CERT_CRD), None)
+        .await
+        .expect("Gardener CRD");
     // The previous test's built-in CA is gone with its CR (owner reference); start clean.
     let cas: Api<Secret> = Api::namespaced(admin.clone(), "kyma-system");
     let _ = cas
         .delete(names::TUNNEL_CA_SECRET, &Default::default())
         .await;
-    let cr: ConnectivityProxy =
-        serde_json::from_value(default_cr("connectivity-proxy")).expect("cr");
+    let cr = default_connectivity_proxy("connectivity-proxy");
     Api::<ConnectivityProxy>::namespaced(admin.clone(), "kyma-system")
         .create(&PostParams::default(), &cr)
         .await

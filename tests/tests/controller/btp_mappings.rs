@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use cp_api::{ServiceMapping, State};
+use cp_tests::fixtures::service_mapping;
+use cp_tests::support::*;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
-
-use crate::support::*;
 
 #[tokio::test]
 async fn missing_btp_operator_is_a_warning_while_the_key_is_auto_provisioned() {
@@ -36,21 +36,16 @@ async fn missing_btp_operator_is_a_warning_while_the_key_is_auto_provisioned() {
 }
 
 fn mapping(i: usize) -> ServiceMapping {
-    ServiceMapping {
-        metadata: ObjectMeta {
-            name: Some(format!("scale-{i:04}")),
-            ..Default::default()
-        },
-        spec: serde_json::from_value(json!({
+    service_mapping(
+        &format!("scale-{i:04}"),
+        json!({
             "type": if i.is_multiple_of(2) { "RFC" } else { "TCP" },
             "serviceId": format!("service-{i}"),
             "subaccountId": "sub",
             "internalAddress": format!("backend-{i}.apps:{}", 1000 + i),
             "locationIds": ["loc-a"],
-        }))
-        .expect("spec"),
-        status: None,
-    }
+        }),
+    )
 }
 
 #[tokio::test]

@@ -5,12 +5,11 @@ use std::time::{Duration, Instant};
 use cp_api::{ConnectivityProxy, State};
 use cp_controller::desired::Kind;
 use cp_tests::controller::CONTROLLER_USER;
+use cp_tests::support::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-
-use crate::support::*;
 
 async fn get(admin: &Client, kind: Kind, ns: Option<&str>, name: &str) -> Option<DynamicObject> {
     let ar = kind.api_resource();

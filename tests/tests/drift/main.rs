@@ -2,23 +2,16 @@
 //! runs with a 10-minute resync, and every kind it manages is deleted or edited behind its back.
 #![forbid(unsafe_code)]
 
-#[allow(dead_code)]
-#[path = "../e2e/common.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "../controller/support.rs"]
-mod support;
-
 use std::time::{Duration, Instant};
 
 use cp_api::names;
 use cp_controller::desired::Kind;
 use cp_tests::controller::ControllerProcess;
+use cp_tests::fixtures::install_our_crds;
+use cp_tests::shared::control_plane;
+use cp_tests::support::{self, NS};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::json;
-
-use common::{control_plane, install_our_crds};
-use support::NS;
 
 fn api(admin: &kube::Client, kind: Kind, ns: Option<&str>) -> Api<DynamicObject> {
     let ar = kind.api_resource();

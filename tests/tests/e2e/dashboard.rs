@@ -3,10 +3,10 @@
 //! API server (schema and webhook) must accept it and store it with the CRD's type. `kubectl explain`
 //! offers the enums.
 
+use cp_tests::fixtures::default_cr;
+use cp_tests::shared::{MAPPINGS_LOCK, control_plane, webhook};
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use serde_json::{Value, json};
-
-use crate::common::{MAPPINGS_LOCK, control_plane, default_cr, webhook};
 
 /// `(absolute path, widget, enum values or the placeholder)` of every form field, FormGroup children
 /// resolved.
@@ -146,7 +146,7 @@ async fn every_form_value_the_dashboard_writes_is_accepted_with_the_crds_type() 
 async fn kubectl_explain_lists_the_enum_values() {
     let cp = control_plane();
     let admin = cp.admin().await.expect("admin");
-    crate::common::install_our_crds(&admin).await;
+    cp_tests::fixtures::install_our_crds(&admin).await;
     let kubeconfig = cp
         .write_kubeconfig("explain.kubeconfig", &cp_tests::Identity::Admin)
         .await

@@ -1,11 +1,26 @@
 //! The control plane runs, our CRDs and the stand-in third-party CRDs apply, and CRs round-trip losslessly.
 
 use cp_api::ConnectivityProxy;
+use cp_tests::fixtures::{self, install_our_crds, manifest_path};
 use cp_tests::manifest;
+use cp_tests::shared::{ALICE, control_plane, webhook};
 use kube::api::{Api, DynamicObject, PostParams};
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::common::{control_plane, fixture, install_our_crds, missing_leaves};
+/// Every leaf of `expected` must be present with the same value in `actual`; returns the paths
+/// that are missing or differ.
+fn missing_leaves(expected: &Value, actual: &Value, path: &str) -> Vec<String> {
+    match (expected, actual) {
+        (Value::Object(e), Value::Object(a)) => e
+            .iter()
+            .flat_map(|(k, v)| {
+                missing_leaves(v, a.get(k).unwrap_or(&Value::Null), &format!("{path}.{k}"))
+            })
+            .collect(),
+        (e, a) if e == a => vec![],
+        _ => vec![format!("{path}: expected {expected}, got {actual}")],
+    }
+}
 
 #[tokio::test]
 async fn every_fixture_crd_applies_and_is_served() {
@@ -17,7 +32,7 @@ async fn every_fixture_crd_applies_and_is_served() {
         cp_tests::fixtures::GARDENER_CERT_CRD,
         cp_tests::fixtures::CERT_MANAGER_CRD,
     ] {
-        let applied = manifest::apply_file(&client, &fixture(f), None)
+        let applied = manifest::apply_file(&client, &fixtures::path(f), None)
             .await
             .unwrap_or_else(|e| panic!("{f}: {e:#}"));
         assert!(!applied.is_empty(), "{f} holds no objects");
@@ -177,9 +192,8 @@ async fn rendered_bundle_applies_with_server_side_apply() {
             .await
             .expect("namespace");
     }
-    let wh = crate::common::webhook().await;
-    let bundle = std::fs::read_to_string(crate::common::manifest_path(cp_api::bundle::BUNDLE))
-        .expect("bundle");
+    let wh = webhook().await;
+    let bundle = std::fs::read_to_string(manifest_path(cp_api::bundle::BUNDLE)).expect("bundle");
     let mut applied = Vec::new();
     for mut obj in manifest::parse_documents(&bundle).expect("parse bundle") {
         if obj
@@ -222,13 +236,12 @@ async fn rendered_bundle_applies_with_server_side_apply() {
     let ns = cp.namespace("bundle-default-cr").await.expect("namespace");
     let alice = cp
         .client(&cp_tests::cluster::Identity::User {
-            name: crate::common::ALICE.into(),
+            name: ALICE.into(),
             groups: vec![],
         })
         .await
         .expect("alice");
-    let yaml = std::fs::read_to_string(crate::common::manifest_path("default-cr.yaml"))
-        .expect("default CR");
+    let yaml = std::fs::read_to_string(manifest_path("default-cr.yaml")).expect("default CR");
     let mut cr = manifest::parse_documents(&yaml).expect("parse").remove(0);
     cr.metadata.namespace = Some(ns.clone());
     let api: Api<DynamicObject> = Api::namespaced_with(

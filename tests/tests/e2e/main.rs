@@ -1,7 +1,6 @@
 //! Integration tests against the real local control plane (one per test binary, shared).
 #![forbid(unsafe_code)]
 
-mod common;
 mod dashboard;
 mod foundation;
 mod webhook;

@@ -2,11 +2,11 @@
 
 use cp_api::defaults;
 use cp_tests::cluster::Identity;
+use cp_tests::fixtures::default_cr;
+use cp_tests::shared::{ALICE, MAPPINGS_LOCK, control_plane, webhook};
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-
-use crate::common::{ALICE, MAPPINGS_LOCK, control_plane, default_cr, webhook};
 
 fn cp_api_resource() -> ApiResource {
     ApiResource::erase::<cp_api::ConnectivityProxy>(&())

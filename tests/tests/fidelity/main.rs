@@ -22,11 +22,7 @@ fn legacy_config() -> String {
 }
 
 fn default_cr() -> ConnectivityProxy {
-    let text = std::fs::read_to_string(cp_tests::fixtures::default_cr_path()).expect("default CR");
-    let obj = cp_tests::manifest::parse_documents(&text)
-        .expect("yaml")
-        .remove(0);
-    serde_json::from_value(serde_json::to_value(obj).expect("json")).expect("typed")
+    serde_json::from_value(cp_tests::fixtures::shipped_default_cr()).expect("typed")
 }
 
 /// Imports `legacy` into the default CR and renders the proxy's file.

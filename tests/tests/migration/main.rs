@@ -1,25 +1,16 @@
 //! Upgrade from the legacy reconciler installation, then an upgrade of the operator itself.
 #![forbid(unsafe_code)]
 
-#[allow(dead_code)]
-#[path = "../e2e/common.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "../legacy/mod.rs"]
-mod legacy;
-#[allow(dead_code)]
-#[path = "../controller/support.rs"]
-mod support;
-
 use std::time::Duration;
 
 use cp_api::ConnectivityProxy;
 use cp_tests::controller::ControllerProcess;
+use cp_tests::{legacy, shared, support};
 use kube::api::Api;
 
 #[tokio::test]
 async fn legacy_install_is_taken_over_then_the_operator_is_upgraded() {
-    let cp = common::control_plane();
+    let cp = shared::control_plane();
     let admin = cp.admin().await.expect("admin");
     let before = legacy::legacy_cluster(&admin).await;
     ControllerProcess::start(&cp, "controller-v1", &["--leader-elect=false"])

@@ -2,32 +2,17 @@
 //! second takeover import the legacy ConfigMap as it is then, with the first takeover's backups kept.
 #![forbid(unsafe_code)]
 
-#[allow(dead_code)]
-#[path = "../e2e/common.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "../legacy/mod.rs"]
-mod legacy;
-#[allow(dead_code)]
-#[path = "../controller/support.rs"]
-mod support;
-
 use std::time::Duration;
 
 use cp_api::ConnectivityProxy;
 use cp_tests::controller::ControllerProcess;
+use cp_tests::{legacy, shared};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 const CR: &str = "connectivity-proxy";
-
-async fn play_until_ready(admin: &kube::Client) {
-    cp_tests::fakes::play_until_ready(admin, legacy::NS, CR, None, Duration::from_secs(60))
-        .await
-        .expect("Ready");
-}
 
 async fn config_of(admin: &kube::Client) -> serde_json::Value {
     let cr = Api::<ConnectivityProxy>::namespaced(admin.clone(), legacy::NS)
@@ -39,7 +24,7 @@ async fn config_of(admin: &kube::Client) -> serde_json::Value {
 
 #[tokio::test]
 async fn shared_tenant_key_is_kept_and_a_second_takeover_imports_the_current_legacy_config() {
-    let cp = common::control_plane();
+    let cp = shared::control_plane();
     let admin = cp.admin().await.expect("admin");
     let before = legacy::legacy_cluster(&admin).await;
     legacy::edit_legacy_configmap(
@@ -85,7 +70,9 @@ async fn shared_tenant_key_is_kept_and_a_second_takeover_imports_the_current_leg
         .expect("controller");
     legacy::create_default_cr(&admin).await;
     legacy::wait_step(&admin, legacy::STEPS[2], Duration::from_secs(30)).await;
-    play_until_ready(&admin).await;
+    cp_tests::fakes::play_until_ready(&admin, legacy::NS, CR, None, Duration::from_secs(60))
+        .await
+        .expect("Ready");
     let spec = config_of(&admin).await;
     assert_eq!(spec["config"]["tenantMode"], "shared");
     assert_eq!(

@@ -2,23 +2,14 @@
 //! same and nothing is lost.
 #![forbid(unsafe_code)]
 
-#[allow(dead_code)]
-#[path = "../e2e/common.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "../legacy/mod.rs"]
-mod legacy;
-#[allow(dead_code)]
-#[path = "../controller/support.rs"]
-mod support;
-
 use std::time::Duration;
 
 use cp_tests::controller::ControllerProcess;
+use cp_tests::{legacy, shared};
 
 #[tokio::test]
 async fn migration_resumes_after_a_kill_between_every_two_steps() {
-    let cp = common::control_plane();
+    let cp = shared::control_plane();
     let admin = cp.admin().await.expect("admin");
     let before = legacy::legacy_cluster(&admin).await;
     legacy::create_default_cr(&admin).await;

@@ -3,29 +3,20 @@
 //! installation stays untouched; fixed, the takeover completes.
 #![forbid(unsafe_code)]
 
-#[allow(dead_code)]
-#[path = "../e2e/common.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "../legacy/mod.rs"]
-mod legacy;
-#[allow(dead_code)]
-#[path = "../controller/support.rs"]
-mod support;
-
 use std::time::Duration;
 
 use cp_api::{ConnectivityProxy, State};
 use cp_tests::controller::ControllerProcess;
+use cp_tests::{fixtures, legacy, shared};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::Api;
 
 #[tokio::test]
 async fn migrate_plan_previews_and_a_blocker_stops_the_takeover_until_fixed() {
-    let cp = common::control_plane();
+    let cp = shared::control_plane();
     let admin = cp.admin().await.expect("admin");
-    common::install_our_crds(&admin).await;
+    fixtures::install_our_crds(&admin).await;
 
     let (code, out) = legacy::migrate_plan(&cp, &[]).await;
     assert_eq!(code, 0, "{out}");

@@ -3,20 +3,11 @@
 //! the kubelet): the takeover converges and nothing of the user's is lost.
 #![forbid(unsafe_code)]
 
-#[allow(dead_code)]
-#[path = "../e2e/common.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "../legacy/mod.rs"]
-mod legacy;
-#[allow(dead_code)]
-#[path = "../controller/support.rs"]
-mod support;
-
 use std::time::Duration;
 
 use anyhow::Context;
 use cp_api::names;
+use cp_tests::legacy;
 use cp_tests::node::Cluster;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};

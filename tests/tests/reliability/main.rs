@@ -2,26 +2,19 @@
 //! the status subresource, and secret values in logs.
 #![forbid(unsafe_code)]
 
-#[allow(dead_code)]
-#[path = "../e2e/common.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "../controller/support.rs"]
-mod support;
-
 use std::time::{Duration, Instant};
 
 use cp_api::ConnectivityProxy;
 use cp_tests::cluster::Identity;
 use cp_tests::controller::ControllerProcess;
-use cp_tests::manifest;
+use cp_tests::fixtures::{default_connectivity_proxy, default_cr, install_our_crds};
+use cp_tests::shared::{ALICE, EDITOR_RBAC, control_plane};
 use cp_tests::webhook::Webhook;
+use cp_tests::{manifest, support};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::Mutex;
-
-use common::{ALICE, EDITOR_RBAC, control_plane, default_cr, install_our_crds};
 
 static TURN: Mutex<()> = Mutex::const_new(());
 
@@ -52,7 +45,9 @@ async fn webhook_down_fails_closed_for_connectivity_proxies_only() {
         &ApiResource::erase::<ConnectivityProxy>(&()),
     );
     let cr: DynamicObject = serde_json::from_value(default_cr("down")).expect("cr");
-    common::wait_admitted(&api, "admission through the webhook").await;
+    cp_tests::wait::admitted(&api, "admission through the webhook")
+        .await
+        .expect("admission through the webhook");
 
     cp.kill_process("webhook-to-kill")
         .expect("kill the webhook");
@@ -94,7 +89,7 @@ async fn hostile_user_cannot_change_deployment_through_the_status_subresource() 
         .expect("webhook");
     wh.register(&admin).await.expect("register");
     let ns = cp.namespace("status-edit").await.expect("ns");
-    let cr: ConnectivityProxy = serde_json::from_value(default_cr("victim")).expect("cr");
+    let cr = default_connectivity_proxy("victim");
     let admin_api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), &ns);
     cp_tests::wait::until(
         "create through the webhook",

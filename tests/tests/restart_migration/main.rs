@@ -3,29 +3,17 @@
 //! themselves, the takeover completes, and nothing is lost.
 #![forbid(unsafe_code)]
 
-#[allow(dead_code)]
-#[path = "../e2e/common.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "../legacy/mod.rs"]
-mod legacy;
-#[allow(dead_code)]
-#[path = "../restart/mod.rs"]
-mod restart_support;
-#[allow(dead_code)]
-#[path = "../controller/support.rs"]
-mod support;
-
 use std::time::Duration;
 
 use cp_tests::controller::ControllerProcess;
+use cp_tests::{legacy, restart, shared};
 
 #[tokio::test]
 async fn api_server_and_etcd_restarts_during_a_legacy_migration_lose_nothing() {
-    let cp = common::control_plane();
+    let cp = shared::control_plane();
     let admin = cp.admin().await.expect("admin");
     let before = legacy::legacy_cluster(&admin).await;
-    let webhook = common::webhook().await;
+    let webhook = shared::webhook().await;
     let controller = ControllerProcess::start(
         &cp,
         "cp-controller",
@@ -52,13 +40,13 @@ async fn api_server_and_etcd_restarts_during_a_legacy_migration_lose_nothing() {
     }
     legacy::finish(&admin).await;
     legacy::assert_taken_over(&admin, &before, 20003).await;
-    restart_support::assert_mappings_published(&admin, &before).await;
-    restart_support::assert_alive(&cp, &controller.metrics_addr, "cp-controller").await;
+    restart::assert_mappings_published(&admin, &before).await;
+    restart::assert_alive(&cp, &controller.metrics_addr, "cp-controller").await;
     let (code, _) = webhook
         .metrics_get("/readyz")
         .await
         .expect("webhook /readyz");
     assert_eq!(code, 200, "webhook ready after the restarts");
     let any = before.keys().next().expect("a legacy mapping").clone();
-    restart_support::wait_duplicate_refused(&admin, &any).await;
+    restart::wait_duplicate_refused(&admin, &any).await;
 }

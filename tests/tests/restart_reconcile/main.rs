@@ -4,32 +4,22 @@
 //! lost.
 #![forbid(unsafe_code)]
 
-#[allow(dead_code)]
-#[path = "../e2e/common.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "../restart/mod.rs"]
-mod restart_support;
-#[allow(dead_code)]
-#[path = "../controller/support.rs"]
-mod support;
-
 use std::time::Duration;
 
 use cp_api::{ConnectivityProxy, ServiceMapping};
 use cp_tests::controller::ControllerProcess;
+use cp_tests::support::{self, NS};
+use cp_tests::{fixtures, restart, shared};
 use kube::api::Api;
 use serde_json::json;
-
-use support::NS;
 
 const MAPPINGS: usize = 20;
 
 #[tokio::test]
 async fn api_server_and_etcd_restarts_during_reconcile_lose_nothing() {
-    let cp = common::control_plane();
+    let cp = shared::control_plane();
     let admin = cp.admin().await.expect("admin");
-    common::install_our_crds(&admin).await;
+    fixtures::install_our_crds(&admin).await;
     for ns in [NS, "istio-system"] {
         cp_tests::cluster::ensure_namespace(&admin, ns)
             .await
@@ -38,7 +28,7 @@ async fn api_server_and_etcd_restarts_during_reconcile_lose_nothing() {
     support::install_istio(&admin).await;
     support::install_btp(&admin).await;
     support::set_domain(&admin, Some(support::DOMAIN)).await;
-    let webhook = common::webhook().await;
+    let webhook = shared::webhook().await;
     let controller = ControllerProcess::start(
         &cp,
         "cp-controller",
@@ -56,7 +46,7 @@ async fn api_server_and_etcd_restarts_during_reconcile_lose_nothing() {
         support::create_mapping(&admin, &format!("restart-{i}")).await;
     }
     support::make_ready(&admin, NS, "connectivity-proxy").await;
-    let mappings_before = restart_support::mappings(&admin).await;
+    let mappings_before = restart::mappings(&admin).await;
     assert_eq!(mappings_before.len(), MAPPINGS);
 
     let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
@@ -90,23 +80,23 @@ async fn api_server_and_etcd_restarts_during_reconcile_lose_nothing() {
         );
         // No ServiceMapping lost or replaced.
         assert_eq!(
-            restart_support::mappings(&admin).await,
+            restart::mappings(&admin).await,
             mappings_before,
             "ServiceMappings (uid and spec) after the {component} restart"
         );
-        restart_support::assert_mappings_published(&admin, &mappings_before).await;
+        restart::assert_mappings_published(&admin, &mappings_before).await;
 
         // The webhook's watch resumed: a mapping created now is known to it (its duplicate is refused).
         let fresh = format!("after-restart-{round}");
         support::create_mapping(&admin, &fresh).await;
-        restart_support::wait_duplicate_refused(&admin, &fresh).await;
+        restart::wait_duplicate_refused(&admin, &fresh).await;
         Api::<ServiceMapping>::all(admin.clone())
             .delete(&fresh, &Default::default())
             .await
             .expect("delete the probe mapping");
 
         // Neither process restarted: both still answer on the addresses they started with.
-        restart_support::assert_alive(&cp, &controller.metrics_addr, "cp-controller").await;
+        restart::assert_alive(&cp, &controller.metrics_addr, "cp-controller").await;
         let (code, _) = webhook
             .metrics_get("/readyz")
             .await

@@ -3,21 +3,12 @@
 //! final state with nothing lost. Set `CP_SOAK_RUNS` and `CP_SOAK_SEED` to change or replay a run.
 #![forbid(unsafe_code)]
 
-#[allow(dead_code)]
-#[path = "../e2e/common.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "../legacy/mod.rs"]
-mod legacy;
-#[allow(dead_code)]
-#[path = "../controller/support.rs"]
-mod support;
-
 use std::time::{Duration, Instant};
 
 use cp_tests::ControlPlane;
 use cp_tests::cluster::Options;
 use cp_tests::controller::ControllerProcess;
+use cp_tests::{fixtures, legacy};
 
 /// xorshift64*: enough randomness for kill points, replayable from the printed seed.
 struct Rng(u64);
@@ -62,7 +53,9 @@ async fn controller_killed_at_random_points_converges_every_time() {
             .expect("join")
             .expect("control plane");
         let admin = cp.admin().await.expect("admin");
-        common::apply_our_crds(&admin).await;
+        fixtures::apply_our_crds(&admin)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"));
         let before = legacy::legacy_cluster(&admin).await;
         legacy::create_default_cr(&admin).await;
         // 1 to 4 kills, each after a random time in the controller's life (0-3 s after it is ready,

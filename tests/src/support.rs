@@ -1,28 +1,37 @@
-//! Shared setup of the controller tests.
+//! Controller test scenarios on the shared control plane: one ConnectivityProxy per cluster is the
+//! rule, so tests take turns ([`scenario`]) on a clean cluster with Istio, the BTP operator's CRDs, a
+//! shoot-info domain and a running controller; and the steps they drive a CR through.
+//!
+//! These helpers panic on failure: they are for tests.
 
 use std::time::Duration;
 
-use cp_api::{ConnectivityProxy, ServiceMapping, State};
-use cp_tests::controller::ControllerProcess;
-use cp_tests::{ControlPlane, manifest};
+use cp_api::{ConnectivityProxy, State};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::{Mutex, MutexGuard, OnceCell};
 
-use crate::common::{control_plane, fixture, install_our_crds};
+use crate::controller::ControllerProcess;
+use crate::fixtures::{self, install_our_crds};
+use crate::shared::control_plane;
+use crate::{ControlPlane, manifest};
 
+/// The namespace of the scenarios' CR.
 pub const NS: &str = "kyma-system";
+/// The cluster's domain in shoot-info.
 pub const DOMAIN: &str = "c-123.kyma.example.com";
-pub const ISTIO_CRDS: &str = cp_tests::fixtures::ISTIO_CRDS;
 
 static SCENARIO: Mutex<()> = Mutex::const_new(());
 
 /// Everything a controller test needs.
 pub struct Env {
+    /// The shared control plane.
     pub cp: std::sync::Arc<ControlPlane>,
+    /// A cluster-admin client.
     pub admin: Client,
+    /// The controller, started once per test binary.
     pub controller: &'static ControllerProcess,
     _turn: MutexGuard<'static, ()>,
 }
@@ -34,10 +43,10 @@ pub async fn scenario() -> Env {
     let cp = control_plane();
     let admin = cp.admin().await.expect("admin");
     install_our_crds(&admin).await;
-    cp_tests::cluster::ensure_namespace(&admin, NS)
+    crate::cluster::ensure_namespace(&admin, NS)
         .await
         .expect("kyma-system");
-    cp_tests::cluster::ensure_namespace(&admin, "istio-system")
+    crate::cluster::ensure_namespace(&admin, "istio-system")
         .await
         .expect("istio-system");
     install_istio(&admin).await;
@@ -64,18 +73,21 @@ pub async fn scenario() -> Env {
     }
 }
 
+/// Installs Istio's CRDs.
 pub async fn install_istio(admin: &Client) {
-    manifest::apply_file(admin, &fixture(ISTIO_CRDS), None)
+    manifest::apply_file(admin, &fixtures::path(fixtures::ISTIO_CRDS), None)
         .await
         .expect("Istio CRDs");
 }
 
+/// Installs the BTP service operator's CRDs.
 pub async fn install_btp(admin: &Client) {
-    manifest::apply_file(admin, &fixture(cp_tests::fixtures::BTP_CRDS), None)
+    manifest::apply_file(admin, &fixtures::path(fixtures::BTP_CRDS), None)
         .await
         .expect("BTP CRDs");
 }
 
+/// Writes ConfigMap `kube-system/shoot-info` with `domain` (none: without one).
 pub async fn set_domain(admin: &Client, domain: Option<&str>) {
     let api: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-system");
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shoot-info"},
@@ -90,8 +102,8 @@ pub async fn set_domain(admin: &Client, domain: Option<&str>) {
 }
 
 /// Deletes every CR and ServiceMapping and waits until they are gone.
-pub async fn clean(admin: &Client) {
-    let maps: Api<ServiceMapping> = Api::all(admin.clone());
+async fn clean(admin: &Client) {
+    let maps: Api<cp_api::ServiceMapping> = Api::all(admin.clone());
     let _ = maps
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await;
@@ -101,7 +113,7 @@ pub async fn clean(admin: &Client) {
             Api::namespaced(admin.clone(), &cr.namespace().unwrap_or_default());
         let _ = api.delete(&cr.name_any(), &DeleteParams::default()).await;
     }
-    cp_tests::wait::until(
+    crate::wait::until(
         "no ConnectivityProxy and no ServiceMapping left",
         Duration::from_secs(30),
         || {
@@ -129,10 +141,11 @@ pub async fn clean(admin: &Client) {
 
 /// Creates the Kyma default CR (webhook-less: the controller uses the release's deployment defaults).
 pub async fn create_default_cr(admin: &Client, ns: &str, name: &str) -> ConnectivityProxy {
-    let v = crate::common::default_cr(name);
-    let cr: ConnectivityProxy = serde_json::from_value(v).expect("typed");
     Api::<ConnectivityProxy>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &cr)
+        .create(
+            &PostParams::default(),
+            &fixtures::default_connectivity_proxy(name),
+        )
         .await
         .expect("create CR")
 }
@@ -147,7 +160,7 @@ pub async fn wait_state(
     within: Duration,
 ) -> ConnectivityProxy {
     let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), ns);
-    cp_tests::wait::until(
+    crate::wait::until(
         &format!("{ns}/{name} in state {state} ({reason:?})"),
         within,
         || {
@@ -178,11 +191,11 @@ pub async fn wait_state(
 
 /// Plays the kubelet and the StatefulSet controller: marks the StatefulSet's replicas ready.
 pub async fn mark_statefulset_ready(admin: &Client, ns: &str) {
-    cp_tests::wait::until(
+    crate::wait::until(
         "StatefulSet connectivity-proxy ready",
         Duration::from_secs(10),
         || async move {
-            cp_tests::fakes::mark_statefulset_ready(admin, ns)
+            crate::fakes::mark_statefulset_ready(admin, ns)
                 .await
                 .map(Some)
                 .map_err(|e| e.to_string())
@@ -194,18 +207,11 @@ pub async fn mark_statefulset_ready(admin: &Client, ns: &str) {
 
 /// A ServiceMapping created as admin.
 pub async fn create_mapping(admin: &Client, name: &str) {
-    let m = ServiceMapping {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: serde_json::from_value(
-            json!({"type": "TCP", "serviceId": name, "internalAddress": "svc.ns:80"}),
-        )
-        .expect("spec"),
-        status: None,
-    };
-    Api::<ServiceMapping>::all(admin.clone())
+    let m = fixtures::service_mapping(
+        name,
+        json!({"type": "TCP", "serviceId": name, "internalAddress": "svc.ns:80"}),
+    );
+    Api::<cp_api::ServiceMapping>::all(admin.clone())
         .create(&PostParams::default(), &m)
         .await
         .expect("mapping");
@@ -213,12 +219,14 @@ pub async fn create_mapping(admin: &Client, name: &str) {
 
 /// Plays the SAP BTP service operator: marks the CR's ServiceBinding Ready and writes its Secret.
 pub async fn play_btp_operator(admin: &Client, ns: &str, cr: &str) {
-    cp_tests::fakes::play_btp_operator(admin, ns, cr, SUBACCOUNT, SUBDOMAIN)
+    crate::fakes::play_btp_operator(admin, ns, cr, SUBACCOUNT, SUBDOMAIN)
         .await
         .expect("BTP operator played");
 }
 
+/// The subaccount of the scenarios' service key.
 pub const SUBACCOUNT: &str = "11111111-2222-3333-4444-555555555555";
+/// The subaccount subdomain of the scenarios' service key.
 pub const SUBDOMAIN: &str = "my-subdomain";
 
 /// Plays the BTP operator, and the StatefulSet controller with its kubelets (which observe every
@@ -230,7 +238,7 @@ pub async fn make_ready(admin: &Client, ns: &str, cr: &str) {
 
 /// Plays the StatefulSet controller and its kubelets until the CR is Ready.
 pub async fn play_until_ready(admin: &Client, ns: &str, cr: &str) {
-    cp_tests::fakes::play_until_ready(admin, ns, cr, None, Duration::from_secs(20))
+    crate::fakes::play_until_ready(admin, ns, cr, None, Duration::from_secs(20))
         .await
         .expect("Ready");
 }
@@ -246,7 +254,6 @@ pub async fn set_http_port(admin: &Client, ns: &str, cr: &str, port: i64) {
 
 /// Waits until ConfigMap `connectivity-proxy-info` publishes `port`; while it does not, says which
 /// port and generation the CR holds and which generation the controller observed.
-#[allow(dead_code)] // the reliability and restart tests use it
 pub async fn wait_info_port(
     admin: &Client,
     ns: &str,
@@ -257,7 +264,7 @@ pub async fn wait_info_port(
 ) {
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
     let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), ns);
-    cp_tests::wait::until(what, within, || {
+    crate::wait::until(what, within, || {
         let (cms, crs) = (cms.clone(), crs.clone());
         async move {
             let info = cms

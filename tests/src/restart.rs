@@ -1,43 +1,32 @@
 //! Checks shared by the restart tests: nothing lost, both processes still the same, the webhook's
-//! watch resumed.
+//! watch resumed. They panic on failure: they are for tests.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cp_api::ServiceMapping;
-use cp_tests::ControlPlane;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
-use kube::{Client, ResourceExt};
+
+use crate::ControlPlane;
+use crate::legacy::{MappingSnapshot, snapshot};
 
 /// uid and spec of every ServiceMapping.
-pub async fn mappings(admin: &Client) -> BTreeMap<String, (String, serde_json::Value)> {
-    Api::<ServiceMapping>::all(admin.clone())
-        .list(&ListParams::default())
-        .await
-        .expect("list mappings")
-        .items
-        .into_iter()
-        .map(|m| {
-            (
-                m.name_any(),
-                (
-                    m.uid().unwrap_or_default(),
-                    serde_json::to_value(&m.spec).expect("json"),
-                ),
-            )
-        })
-        .collect()
+pub async fn mappings(admin: &Client) -> MappingSnapshot {
+    snapshot(
+        Api::<ServiceMapping>::all(admin.clone())
+            .list(&ListParams::default())
+            .await
+            .expect("list mappings")
+            .items,
+    )
 }
 
 /// Every mapping's serviceId is in the ConfigMap the Connectivity Proxy reads.
-pub async fn assert_mappings_published(
-    admin: &Client,
-    expected: &BTreeMap<String, (String, serde_json::Value)>,
-) {
+pub async fn assert_mappings_published(admin: &Client, expected: &MappingSnapshot) {
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), cp_api::names::KYMA_SYSTEM);
     let what = "every ServiceMapping in the published ConfigMap";
-    cp_tests::wait::until(what, Duration::from_secs(30), || {
+    crate::wait::until(what, Duration::from_secs(30), || {
         let cms = cms.clone();
         async move {
             let cm = cms
@@ -74,7 +63,7 @@ pub async fn wait_duplicate_refused(admin: &Client, name: &str) {
     let original = api.get(name).await.expect("mapping");
     let mut probe = ServiceMapping::new(&format!("{name}-duplicate"), original.spec.clone());
     probe.metadata.labels = None;
-    cp_tests::wait::until(
+    crate::wait::until(
         &format!("the webhook refuses a duplicate of {name}"),
         Duration::from_secs(30),
         || {
@@ -97,7 +86,7 @@ pub async fn wait_duplicate_refused(admin: &Client, name: &str) {
 
 /// The process answers `/healthz` on the address it started with and never logged an exit.
 pub async fn assert_alive(cp: &ControlPlane, metrics_addr: &str, name: &str) {
-    let (code, _) = cp_tests::webhook::http_get(metrics_addr, "/healthz")
+    let (code, _) = crate::webhook::http_get(metrics_addr, "/healthz")
         .await
         .unwrap_or_else(|e| panic!("{name} /healthz: {e:#}\n{}", cp.log_tail(name, 30)));
     assert_eq!(code, 200, "{name} /healthz");

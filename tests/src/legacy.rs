@@ -1,75 +1,95 @@
 //! A legacy reconciler installation (the reference fixtures plus the other objects the reconciler
 //! left), and the checks that a takeover lost nothing.
+//!
+//! The `legacy_cluster`, `assert_*`, `wait_*` and other test steps panic on failure: they are for tests.
+//! [`install`], [`register_webhook`] and the builders serve the bench too.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use anyhow::Context;
 use cp_api::{ConnectivityProxy, ServiceMapping};
-use cp_tests::cluster::ensure_namespace;
-use cp_tests::manifest;
-use kube::api::{Api, DynamicObject, ObjectMeta, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::common::{fixture, install_our_crds};
+use crate::cluster::ensure_namespace;
+use crate::fixtures::{self, install_our_crds};
+use crate::manifest;
 
+/// The namespace of the legacy installation (and of the CR that takes it over).
 pub const NS: &str = "kyma-system";
+/// The cluster's domain in shoot-info.
 pub const DOMAIN: &str = "legacy.kyma.example.com";
 
-/// uid and spec of each pre-existing mapping.
+/// uid and spec of each ServiceMapping, by name.
 pub type MappingSnapshot = BTreeMap<String, (String, serde_json::Value)>;
 
-/// Installs the CRDs and a legacy installation; returns the mappings as they were.
-pub async fn legacy_cluster(admin: &Client) -> MappingSnapshot {
-    install_our_crds(admin).await;
-    cp_tests::fixtures::apply(admin, &cp_tests::fixtures::LEGACY_CRDS, None)
-        .await
-        .expect("CRDs");
+/// The [`MappingSnapshot`] of `mappings` (as stored: with their uids).
+pub fn snapshot(mappings: impl IntoIterator<Item = ServiceMapping>) -> MappingSnapshot {
+    mappings
+        .into_iter()
+        .map(|m| {
+            let spec = serde_json::to_value(&m.spec).expect("a ServiceMapping spec is JSON");
+            (m.name_any(), (m.uid().unwrap_or_default(), spec))
+        })
+        .collect()
+}
+
+/// The `i`-th ServiceMapping of a legacy installation: an RFC mapping with a user's label.
+pub fn mapping(i: usize) -> ServiceMapping {
+    let mut m = fixtures::service_mapping(
+        &format!("legacy-mapping-{i}"),
+        json!({"type": "RFC", "serviceId": format!("erp-{i}"), "subaccountId": "00000000-0000-0000-0000-000000000000",
+            "internalAddress": format!("erp-{i}.erp:3300"), "locationIds": ["loc1"]}),
+    );
+    m.metadata.labels = Some([("owner".to_string(), "team-erp".to_string())].into());
+    m
+}
+
+/// Installs a legacy installation but its ServiceMappings and its ServiceMapping validator: the
+/// third-party CRDs it needs, the namespaces, shoot-info with [`DOMAIN`], the reconciler's objects.
+pub async fn install(admin: &Client) -> anyhow::Result<()> {
+    fixtures::apply(admin, &fixtures::LEGACY_CRDS, None).await?;
     for ns in [NS, "istio-system"] {
-        ensure_namespace(admin, ns).await.expect("namespace");
+        ensure_namespace(admin, ns).await?;
     }
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shoot-info", "namespace": "kube-system"}, "data": {"domain": DOMAIN}});
-    manifest::apply_object(admin, serde_json::from_value(cm).expect("cm"), None)
+    manifest::apply_object(admin, serde_json::from_value(cm)?, None)
         .await
-        .expect("shoot-info");
-    cp_tests::fixtures::apply(admin, &cp_tests::fixtures::LEGACY_INSTALL, Some(NS))
+        .context("shoot-info")?;
+    fixtures::apply(admin, &fixtures::LEGACY_INSTALL, Some(NS)).await
+}
+
+/// Registers the legacy ServiceMapping validator: as in a live cluster, once the mappings exist.
+pub async fn register_webhook(admin: &Client) -> anyhow::Result<()> {
+    fixtures::apply(admin, &[fixtures::LEGACY_WEBHOOK], None).await
+}
+
+/// Installs our CRDs and a legacy installation with five ServiceMappings; returns the mappings as they
+/// were.
+pub async fn legacy_cluster(admin: &Client) -> MappingSnapshot {
+    install_our_crds(admin).await;
+    install(admin)
         .await
-        .expect("legacy fixture");
+        .unwrap_or_else(|e| panic!("legacy installation: {e:#}"));
     let api: Api<ServiceMapping> = Api::all(admin.clone());
-    let mut snapshot = BTreeMap::new();
+    let mut created = Vec::new();
     for i in 0..5 {
-        let m = ServiceMapping {
-            metadata: ObjectMeta {
-                name: Some(format!("legacy-mapping-{i}")),
-                labels: Some([("owner".to_string(), "team-erp".to_string())].into_iter().collect()),
-                ..Default::default()
-            },
-            spec: serde_json::from_value(json!({"type": "RFC", "serviceId": format!("erp-{i}"), "subaccountId": "00000000-0000-0000-0000-000000000000",
-                "internalAddress": format!("erp-{i}.erp:3300"), "locationIds": ["loc1"]}))
-            .expect("spec"),
-            status: None,
-        };
-        let created = api
-            .create(&PostParams::default(), &m)
-            .await
-            .expect("legacy mapping");
-        snapshot.insert(
-            created.name_any(),
-            (
-                created.uid().unwrap_or_default(),
-                serde_json::to_value(&created.spec).expect("json"),
-            ),
+        created.push(
+            api.create(&PostParams::default(), &mapping(i))
+                .await
+                .expect("legacy mapping"),
         );
     }
-    // As in a live cluster: the legacy validator is registered while the mappings exist.
-    cp_tests::fixtures::apply(admin, &[cp_tests::fixtures::LEGACY_WEBHOOK], None)
+    register_webhook(admin)
         .await
         .expect("legacy webhook registration");
-    snapshot
+    snapshot(created)
 }
 
 /// The backup of `ns/name` written by the CR's current takeover.
-pub async fn backup_of(admin: &Client, name: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+async fn backup_of(admin: &Client, name: &str) -> k8s_openapi::api::core::v1::ConfigMap {
     let cr: ConnectivityProxy = Api::namespaced(admin.clone(), NS)
         .get("connectivity-proxy")
         .await
@@ -160,7 +180,7 @@ pub async fn assert_taken_over(admin: &Client, before: &MappingSnapshot, http_po
 
     let b = backup_of(admin, "connectivity-proxy").await;
     let original =
-        std::fs::read_to_string(fixture(cp_tests::fixtures::LEGACY_CONFIG)).expect("fixture");
+        std::fs::read_to_string(fixtures::path(fixtures::LEGACY_CONFIG)).expect("fixture");
     let original: serde_json::Value = serde_norway::from_str(&original).expect("yaml");
     assert_eq!(
         b.data
@@ -237,10 +257,11 @@ pub async fn assert_taken_over(admin: &Client, before: &MappingSnapshot, http_po
 
 /// Creates the module's default CR.
 pub async fn create_default_cr(admin: &Client) {
-    let cr: ConnectivityProxy =
-        serde_json::from_value(crate::common::default_cr("connectivity-proxy")).expect("cr");
     Api::<ConnectivityProxy>::namespaced(admin.clone(), NS)
-        .create(&PostParams::default(), &cr)
+        .create(
+            &PostParams::default(),
+            &fixtures::default_connectivity_proxy("connectivity-proxy"),
+        )
         .await
         .expect("create CR");
 }
@@ -269,7 +290,7 @@ pub const STEPS: [Step; 3] = [
 /// Waits until the CR carries the mark of `step`; while it does not, shows the CR's status.
 pub async fn wait_step(admin: &Client, (what, reached): Step, within: Duration) {
     let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
-    cp_tests::wait::until(what, within, || {
+    crate::wait::until(what, within, || {
         let api = api.clone();
         async move {
             let cr = api
@@ -320,8 +341,8 @@ pub async fn edit_legacy_configmap(
 
 /// Runs `cp-controller migrate-plan <args>` as an SRE with cluster-admin rights; returns the exit code
 /// and stdout, and fails if the run wrote anything (audit log).
-pub async fn migrate_plan(cp: &cp_tests::ControlPlane, args: &[&str]) -> (i32, String) {
-    let identity = cp_tests::Identity::User {
+pub async fn migrate_plan(cp: &crate::ControlPlane, args: &[&str]) -> (i32, String) {
+    let identity = crate::Identity::User {
         name: "sre-preview".into(),
         groups: vec!["system:masters".into()],
     };
@@ -330,7 +351,7 @@ pub async fn migrate_plan(cp: &cp_tests::ControlPlane, args: &[&str]) -> (i32, S
         .await
         .expect("kubeconfig");
     let offset = cp.audit_offset();
-    let bin = cp_tests::own_bin_dir().join("cp-controller");
+    let bin = crate::own_bin_dir().join("cp-controller");
     let out = tokio::process::Command::new(bin)
         .arg("migrate-plan")
         .args(args)
@@ -347,7 +368,7 @@ pub async fn migrate_plan(cp: &cp_tests::ControlPlane, args: &[&str]) -> (i32, S
     manifest::apply_object(&admin, serde_json::from_value(cm).expect("cm"), None)
         .await
         .expect("marker");
-    let all = cp_tests::wait::until(
+    let all = crate::wait::until(
         "the marker in the audit log",
         Duration::from_secs(10),
         || {

@@ -1,0 +1,83 @@
+//! What the tests of one binary share: its control plane, the webhook registered in it, the test user
+//! [`ALICE`] and her RBAC, and the lock on cluster-scoped ServiceMappings.
+//!
+//! Each test binary is a process of its own, so "shared" means shared by the tests of one binary. These
+//! helpers panic on failure: they are for tests.
+
+use std::sync::Arc;
+
+use tokio::sync::OnceCell;
+
+use crate::ControlPlane;
+use crate::manifest;
+use crate::webhook::Webhook;
+
+/// The shared control plane ([`ControlPlane::shared`]); panics if it does not start.
+pub fn control_plane() -> Arc<ControlPlane> {
+    match ControlPlane::shared() {
+        Ok(cp) => cp,
+        Err(e) => panic!("local control plane failed to start: {e:#}"),
+    }
+}
+
+/// A user with edit rights on both kinds (and nothing else).
+pub const ALICE: &str = "alice";
+
+/// The webhook started once per test binary and registered in the API server, with `system:masters`
+/// privileged (cluster admins may override `spec.deployment`), plus RBAC for [`ALICE`] and the
+/// operator's ServiceAccount. Returns once the API server routes admission through it.
+pub async fn webhook() -> &'static Webhook {
+    static WEBHOOK: OnceCell<Webhook> = OnceCell::const_new();
+    WEBHOOK
+        .get_or_init(|| async {
+            let cp = control_plane();
+            let client = cp.admin().await.expect("admin");
+            crate::fixtures::install_our_crds(&client).await;
+            manifest::apply_yaml(&client, EDITOR_RBAC, None)
+                .await
+                .expect("editor RBAC");
+            let wh = Webhook::start(&cp, "cp-webhook", &["--privileged-groups=system:masters"])
+                .await
+                .expect("webhook starts");
+            wh.register(&client).await.expect("register");
+            crate::wait::admission_active(&client)
+                .await
+                .expect("admission through the webhook");
+            wh
+        })
+        .await
+}
+
+/// Edit rights on both kinds for [`ALICE`], `carol` and the operator's ServiceAccount.
+pub const EDITOR_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: cp-test-editor
+rules:
+- apiGroups: ["connectivityproxy.sap.com"]
+  resources: ["connectivityproxies", "servicemappings"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: cp-test-editor
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: cp-test-editor
+subjects:
+- kind: User
+  name: alice
+  apiGroup: rbac.authorization.k8s.io
+- kind: User
+  name: carol
+  apiGroup: rbac.authorization.k8s.io
+- kind: ServiceAccount
+  name: connectivity-proxy-controller
+  namespace: kyma-system
+"#;
+
+/// ServiceMappings are cluster-scoped: tests that create them, or that need none to exist, hold this.
+pub static MAPPINGS_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
