@@ -224,7 +224,7 @@ impl Applier {
         if confirm_absent
             && let Some(l) = read(&self.client, d.kind, d.namespace.as_deref(), &d.name).await?
         {
-            if !crate::cache::is_managed(l.labels()) {
+            if !crate::desired::is_managed(l.labels()) {
                 return Err(not_ours(d));
             }
             if apply_reason(d, Some(&l)).is_none() {

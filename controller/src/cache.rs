@@ -17,6 +17,7 @@ use std::sync::Mutex;
 use cp_api::{ConnectivityProxy, names};
 use futures::{FutureExt, SinkExt, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -37,34 +38,21 @@ pub type Key = (Kind, Option<String>, String);
 /// The controller's read caches.
 pub struct Cache {
     client: Client,
-    crds: Store<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
+    crds: Store<CustomResourceDefinition>,
     managed: HashMap<(Kind, Option<String>), Store<DynamicObject>>,
     foreign: Mutex<HashMap<(String, String), Store<Secret>>>,
     trigger: Trigger,
-}
-
-/// The CR an object belongs to, from its owner labels (owner references cannot cross namespaces).
-pub fn owner_of(
-    labels: &std::collections::BTreeMap<String, String>,
-) -> Option<ObjectRef<ConnectivityProxy>> {
-    let name = labels.get(names::LABEL_OWNER_NAME)?;
-    let ns = labels.get(names::LABEL_OWNER_NAMESPACE)?;
-    Some(ObjectRef::new(name).within(ns))
-}
-
-/// Whether `labels` mark an object as created by this operator.
-pub fn is_managed(labels: &std::collections::BTreeMap<String, String>) -> bool {
-    labels.get(names::LABEL_MANAGED_BY).map(String::as_str) == Some(names::MANAGED_BY_VALUE)
+    /// The operator's own writes the caches have not seen yet: key → the resourceVersion the cache
+    /// held when it wrote (`None`: absent). Until the cache moves past it, the object is read from the
+    /// API — a watch can miss an event (an etcd restart right after a write), and a stale cache would
+    /// otherwise have the same write repeated and the rollout reported forever.
+    unseen_writes: Mutex<HashMap<Key, Option<String>>>,
 }
 
 impl Cache {
     /// Starts one label-selected watch per managed kind and scope; each event wakes the owning CR
     /// through `trigger`. A kind whose CRD is missing retries with backoff until it appears.
-    pub fn start(
-        client: Client,
-        crds: Store<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
-        trigger: Trigger,
-    ) -> Self {
+    pub fn start(client: Client, crds: Store<CustomResourceDefinition>, trigger: Trigger) -> Self {
         let managed_cfg = watcher::Config::default().labels(&format!(
             "{}={}",
             names::LABEL_MANAGED_BY,
@@ -98,7 +86,7 @@ impl Cache {
                     events,
                     trigger.clone(),
                     ar.plural.clone(),
-                    |o: &DynamicObject| owner_of(o.labels()),
+                    |o: &DynamicObject| crate::desired::owner_of(o.labels()),
                 ));
             }
         }
@@ -108,6 +96,30 @@ impl Cache {
             managed,
             foreign: Mutex::default(),
             trigger,
+            unseen_writes: Mutex::default(),
+        }
+    }
+
+    /// Records a write of the object `key` that the cache held at `before` (its resourceVersion).
+    pub fn wrote(&self, key: Key, before: Option<String>) {
+        if let Ok(mut w) = self.unseen_writes.lock() {
+            w.insert(key, before);
+        }
+    }
+
+    /// Whether the cached copy (`cached`: its resourceVersion) predates a write of ours; forgets the
+    /// write once the cache has moved past it.
+    fn behind(&self, key: &Key, cached: Option<&str>) -> bool {
+        let Ok(mut w) = self.unseen_writes.lock() else {
+            return false;
+        };
+        match w.get(key) {
+            Some(before) if before.as_deref() == cached => true,
+            Some(_) => {
+                w.remove(key);
+                false
+            }
+            None => false,
         }
     }
 
@@ -120,7 +132,7 @@ impl Cache {
             !self
                 .crds
                 .get(&ObjectRef::new(crd))
-                .is_some_and(|c| crate::context::established(&c))
+                .is_some_and(|c| established(&c))
         })
     }
 
@@ -137,7 +149,12 @@ impl Cache {
         if let Some(ns) = namespace {
             key = key.within(ns);
         }
-        if let Some(o) = self.store(kind, namespace).and_then(|s| s.get(&key)) {
+        let cached = self.store(kind, namespace).and_then(|s| s.get(&key));
+        let id = (kind, namespace.map(String::from), name.to_string());
+        let rv = cached
+            .as_ref()
+            .and_then(|o| o.metadata.resource_version.clone());
+        if let Some(o) = cached.filter(|_| !self.behind(&id, rv.as_deref())) {
             return Ok(Some((*o).clone()));
         }
         if self.crd_missing(kind) {
@@ -220,7 +237,7 @@ impl Cache {
     ) -> Result<Vec<(Kind, DynamicObject)>, Error> {
         let belongs = |o: &DynamicObject| {
             let l = o.labels();
-            is_managed(l)
+            crate::desired::is_managed(l)
                 && l.get(names::LABEL_OWNER_NAMESPACE).map(String::as_str) == Some(owner.0)
                 && l.get(names::LABEL_OWNER_NAME).map(String::as_str) == Some(owner.1)
         };
@@ -232,13 +249,16 @@ impl Cache {
             };
             for ns in scopes {
                 match self.store(kind, ns) {
-                    Some(store) => out.extend(
-                        store
+                    Some(store) => {
+                        let cached: Vec<DynamicObject> = store
                             .state()
                             .iter()
                             .filter(|o| belongs(o))
-                            .map(|o| (kind, (**o).clone())),
-                    ),
+                            .map(|o| (**o).clone())
+                            .collect();
+                        let fresh = self.past_own_writes(kind, ns, cached).await?;
+                        out.extend(fresh.into_iter().filter(|o| belongs(o)).map(|o| (kind, o)));
+                    }
                     None if self.crd_missing(kind) => {}
                     None => out.extend(
                         crate::apply::list_owned(&self.client, kind, ns, owner)
@@ -251,6 +271,49 @@ impl Cache {
         }
         Ok(out)
     }
+}
+
+impl Cache {
+    /// `cached` (one kind and scope) with every object the operator wrote since the cache last saw
+    /// it read from the API instead.
+    async fn past_own_writes(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+        mut cached: Vec<DynamicObject>,
+    ) -> Result<Vec<DynamicObject>, Error> {
+        let pending: Vec<Key> = match self.unseen_writes.lock() {
+            Ok(w) => w
+                .keys()
+                .filter(|k| k.0 == kind && k.1.as_deref() == ns)
+                .cloned()
+                .collect(),
+            Err(_) => vec![],
+        };
+        for key in pending {
+            let pos = cached.iter().position(|o| o.name_any() == key.2);
+            let rv = pos.and_then(|i| cached[i].metadata.resource_version.clone());
+            if !self.behind(&key, rv.as_deref()) {
+                continue;
+            }
+            if let Some(i) = pos {
+                cached.remove(i);
+            }
+            cached.extend(crate::apply::read(&self.client, kind, ns, &key.2).await?);
+        }
+        Ok(cached)
+    }
+}
+
+/// Whether a CRD is established (its API is served).
+pub fn established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
 }
 
 /// A cached managed object as its typed form.

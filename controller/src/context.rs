@@ -67,7 +67,7 @@ impl Ctx {
             .iter()
             .filter(|n| {
                 let crd = self.crds.get(&kube::runtime::reflector::ObjectRef::new(n));
-                !crd.is_some_and(|c| established(&c))
+                !crd.is_some_and(|c| crate::cache::established(&c))
             })
             .map(|n| n.to_string())
             .collect()
@@ -85,15 +85,4 @@ impl Ctx {
     pub fn has_crd(&self, name: &str) -> bool {
         self.missing_crds(&[name]).is_empty()
     }
-}
-
-/// Whether a CRD is established (its API is served).
-pub fn established(crd: &CustomResourceDefinition) -> bool {
-    crd.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-        })
 }

@@ -84,12 +84,76 @@ pub struct Facts {
     pub pod_problem: Option<String>,
 }
 
+impl Facts {
+    /// The facts of a CR the controller does not install (another is active, or it lives outside
+    /// the module's namespace): nothing is read for it.
+    pub fn not_installed(other_primary: Option<(String, String)>, apis: Apis) -> Self {
+        Self {
+            now: OffsetDateTime::now_utc(),
+            other_primary,
+            legacy_statefulset: false,
+            apis,
+            cluster_domain: None,
+            mappings: vec![],
+            binding: None,
+            key_secret: None,
+            tunnel_ca: None,
+            tunnel_tls: None,
+            connectivity_ca: ConnectivityCa::NotNeeded,
+            owned: BTreeMap::new(),
+            statefulset: None,
+            pod_problem: None,
+        }
+    }
+
+    /// The cluster facts `desired::resolve` needs, with the subaccount from the service key.
+    pub fn cluster_facts(&self, key: Option<&crate::btp::ServiceKey>) -> desired::ClusterFacts {
+        desired::ClusterFacts {
+            cluster_domain: self.cluster_domain.clone(),
+            service_mappings: self.mappings.iter().map(|m| m.name_any()).collect(),
+            binding_subaccount_id: key.and_then(|k| k.subaccount_id.clone()),
+            binding_subaccount_subdomain: key.and_then(|k| k.subaccount_subdomain.clone()),
+        }
+    }
+}
+
+/// The CR that is reconciled: the oldest (then by name) in `kyma-system`, the module's namespace. A CR
+/// elsewhere is never installed: the controller may write only in kyma-system and the Istio namespace.
+pub fn primary(ctx: &Ctx) -> Option<Arc<ConnectivityProxy>> {
+    ctx.proxies
+        .state()
+        .into_iter()
+        .filter(|c| c.namespace().as_deref() == Some(names::KYMA_SYSTEM))
+        .min_by(|a, b| {
+            let key = |c: &ConnectivityProxy| {
+                (
+                    c.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    c.name_any(),
+                )
+            };
+            key(a).cmp(&key(b))
+        })
+}
+
+/// Whether `a` and `b` are the same CR.
+pub fn same(a: &ConnectivityProxy, b: &ConnectivityProxy) -> bool {
+    a.uid().is_some() && a.uid() == b.uid()
+        || (a.namespace() == b.namespace() && a.name_any() == b.name_any())
+}
+
 /// Gathers the facts for `cr`. Reads come from the caches; the API is read only for what a cache does
 /// not hold yet, and the Connectivity CA endpoint only when its CA is due.
 #[tracing::instrument(skip_all)]
 pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
     let ns = cr.namespace().unwrap_or_default();
     let apis = apis(ctx);
+    let other_primary = primary(ctx)
+        .filter(|p| !same(p, cr))
+        .map(|p| (p.namespace().unwrap_or_default(), p.name_any()));
+    if other_primary.is_some() || ns != names::KYMA_SYSTEM {
+        // Not installed from this CR: nothing else is read (the controller may not read elsewhere).
+        return Ok(Facts::not_installed(other_primary, apis));
+    }
     let sts = ctx
         .cache
         .live(Kind::StatefulSet, Some(&ns), names::STATEFULSET)
@@ -97,7 +161,7 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
     let legacy_statefulset = sts
         .as_ref()
         .is_some_and(|s| crate::migration::is_legacy(&s.metadata));
-    let statefulset = match sts.filter(|s| crate::cache::is_managed(s.labels())) {
+    let statefulset = match sts.filter(|s| crate::desired::is_managed(s.labels())) {
         Some(s) => Some(typed::<StatefulSet>(&s)?),
         None => None,
     };
@@ -126,9 +190,7 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         .collect();
     let mut facts = Facts {
         now: OffsetDateTime::now_utc(),
-        other_primary: crate::reconcile::primary(ctx)
-            .filter(|p| !crate::reconcile::same(p, cr))
-            .map(|p| (p.namespace().unwrap_or_default(), p.name_any())),
+        other_primary,
         legacy_statefulset,
         apis,
         cluster_domain: cluster_domain(ctx),
@@ -146,7 +208,7 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
     if facts
         .statefulset
         .as_ref()
-        .is_none_or(|s| crate::plan::statefulset_ready(s).is_err())
+        .is_none_or(|s| crate::pods::statefulset_ready(s).is_err())
     {
         facts.pod_problem = proxy_pod_problem(ctx, cr, &ns).await;
     }
@@ -175,8 +237,7 @@ async fn tunnel_and_ca(cr: &ConnectivityProxy, ctx: &Ctx, facts: &mut Facts) -> 
     let key = crate::btp::service_key(cr, facts.binding.as_ref(), facts.key_secret.as_ref())
         .ok()
         .and_then(|o| o.key);
-    let Ok(resolved) = desired::resolve(cr, &crate::plan::cluster_facts(facts, key.as_ref()))
-    else {
+    let Ok(resolved) = desired::resolve(cr, &facts.cluster_facts(key.as_ref())) else {
         return Ok(());
     };
     let cr_ns = cr.namespace().unwrap_or_default();

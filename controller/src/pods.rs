@@ -125,6 +125,27 @@ fn container_problem(
     }
 }
 
+/// Ready when the controller observed the current spec and every replica is updated and ready.
+pub fn statefulset_ready(sts: &k8s_openapi::api::apps::v1::StatefulSet) -> Result<String, String> {
+    let want = sts.spec.replicas.unwrap_or(1);
+    let status = sts.status.clone().unwrap_or_default();
+    let observed = status.observed_generation.unwrap_or(0);
+    let generation = sts.metadata.generation.unwrap_or(0);
+    let ready = status.ready_replicas.unwrap_or(0);
+    let updated = status.updated_replicas.unwrap_or(0);
+    if observed < generation {
+        return Err(format!(
+            "StatefulSet generation {generation} not yet observed (observed {observed})"
+        ));
+    }
+    if ready < want || updated < want {
+        return Err(format!(
+            "{ready}/{want} replicas ready, {updated}/{want} updated"
+        ));
+    }
+    Ok(format!("{ready}/{want} replicas ready"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::problem;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cp_api::{ConnectivityProxy, names};
+use cp_api::ConnectivityProxy;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -106,30 +106,6 @@ pub fn error_policy(cr: Arc<ConnectivityProxy>, err: &Error, ctx: Arc<Ctx>) -> A
     let delay = backoff(n);
     tracing::warn!(namespace = cr.namespace().unwrap_or_default(), name = cr.name_any(), error = %err, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
-}
-
-/// The CR that is reconciled: the oldest (then by name) in `kyma-system`, the module's namespace. A CR
-/// elsewhere is never installed: the controller may write only in kyma-system and the Istio namespace.
-pub fn primary(ctx: &Ctx) -> Option<Arc<ConnectivityProxy>> {
-    ctx.proxies
-        .state()
-        .into_iter()
-        .filter(|c| c.namespace().as_deref() == Some(names::KYMA_SYSTEM))
-        .min_by(|a, b| {
-            let key = |c: &ConnectivityProxy| {
-                (
-                    c.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                    c.name_any(),
-                )
-            };
-            key(a).cmp(&key(b))
-        })
-}
-
-/// Whether `a` and `b` are the same CR.
-pub fn same(a: &ConnectivityProxy, b: &ConnectivityProxy) -> bool {
-    a.uid().is_some() && a.uid() == b.uid()
-        || (a.namespace() == b.namespace() && a.name_any() == b.name_any())
 }
 
 /// Gather → plan → execute.
@@ -242,6 +218,8 @@ async fn write_objects(ctx: &Ctx, install: &Install) -> Result<(), Error> {
         let kind = d.kind.api_resource().kind;
         let ns = d.namespace.as_deref().unwrap_or("");
         if ctx.applier.apply(d, w.confirm_absent).await? {
+            let key = (d.kind, d.namespace.clone(), d.name.clone());
+            ctx.cache.wrote(key, w.cached_version.clone());
             ctx.metrics.applies.with_label_values(&[&kind]).inc();
             tracing::info!(%kind, name = %d.name, namespace = ns, why = %w.why, "applied");
         }

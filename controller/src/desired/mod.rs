@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use cp_api::{ConnectivityProxy, ServiceMapping, names};
 use kube::ResourceExt;
 use kube::api::ApiResource;
+use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
 pub use config::{render_config, service_mappings_json};
@@ -41,6 +42,18 @@ pub fn object_namespaces(cr: &ConnectivityProxy) -> Vec<String> {
     out.sort();
     out.dedup();
     out
+}
+
+/// The CR an object belongs to, from its owner labels (owner references cannot cross namespaces).
+pub fn owner_of(labels: &BTreeMap<String, String>) -> Option<ObjectRef<ConnectivityProxy>> {
+    let name = labels.get(names::LABEL_OWNER_NAME)?;
+    let ns = labels.get(names::LABEL_OWNER_NAMESPACE)?;
+    Some(ObjectRef::new(name).within(ns))
+}
+
+/// Whether `labels` mark an object as created by this operator.
+pub fn is_managed(labels: &BTreeMap<String, String>) -> bool {
+    labels.get(names::LABEL_MANAGED_BY).map(String::as_str) == Some(names::MANAGED_BY_VALUE)
 }
 
 /// Where objects of a kind live.

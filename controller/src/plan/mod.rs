@@ -5,7 +5,6 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use cp_api::{ConnectivityProxy, State, names};
-use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
@@ -13,7 +12,7 @@ use crate::btp::ServiceKey;
 use crate::cache::Key;
 use crate::certificates::tunnel::{self, Live, Tunnel};
 use crate::context::Settings;
-use crate::desired::{self, ClusterFacts, Desired, Kind, Resolved};
+use crate::desired::{self, Desired, Kind, Resolved};
 use crate::gather::{ConnectivityCa, FETCHED_FROM, Facts};
 use crate::status::{Computed, Cond, types};
 
@@ -74,6 +73,8 @@ pub struct Write {
     pub why: String,
     /// Not in the caches: the API is asked first (an object of that name may not be ours).
     pub confirm_absent: bool,
+    /// The resourceVersion the cache held (the cache is trusted again once it has moved past it).
+    pub cached_version: Option<String>,
 }
 
 /// The install plan.
@@ -255,16 +256,6 @@ fn dependencies(cr: &ConnectivityProxy, facts: &Facts, resync: Duration) -> Resu
     })
 }
 
-/// The cluster facts `desired::resolve` needs, with the subaccount from the service key.
-pub fn cluster_facts(facts: &Facts, key: Option<&ServiceKey>) -> ClusterFacts {
-    ClusterFacts {
-        cluster_domain: facts.cluster_domain.clone(),
-        service_mappings: facts.mappings.iter().map(|m| m.name_any()).collect(),
-        binding_subaccount_id: key.and_then(|k| k.subaccount_id.clone()),
-        binding_subaccount_subdomain: key.and_then(|k| k.subaccount_subdomain.clone()),
-    }
-}
-
 fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Cond) -> Plan {
     let resync = settings.resync;
     let key = match crate::btp::service_key(cr, facts.binding.as_ref(), facts.key_secret.as_ref()) {
@@ -274,7 +265,7 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
             return blocked(State::Warning, vec![deps], failed, Then::Requeue(resync));
         }
     };
-    let mut resolved = match desired::resolve(cr, &cluster_facts(facts, key.key.as_ref())) {
+    let mut resolved = match desired::resolve(cr, &facts.cluster_facts(key.key.as_ref())) {
         Ok(r) => r,
         Err(problem) => {
             let failed = Cond::failed(types::CONFIGURATION, problem.reason(), problem.message());
@@ -375,6 +366,7 @@ fn changes(
                 desired: d.clone(),
                 why,
                 confirm_absent: live.is_none(),
+                cached_version: live.and_then(|l| l.metadata.resource_version.clone()),
             });
         }
     }
@@ -511,7 +503,7 @@ impl Report<'_> {
     fn readiness(&self, passed: Vec<Cond>) -> (Computed, Duration) {
         let ready = match (&self.facts.statefulset, self.statefulset_written) {
             (_, true) => Err("the StatefulSet's new spec is being rolled out".to_string()),
-            (Some(sts), false) => statefulset_ready(sts),
+            (Some(sts), false) => crate::pods::statefulset_ready(sts),
             (None, false) => Err("StatefulSet connectivity-proxy does not exist yet".into()),
         };
         let recheck = self.resync().min(NOT_READY_RECHECK);
@@ -547,27 +539,6 @@ impl Report<'_> {
             },
         }
     }
-}
-
-/// Ready when the controller observed the current spec and every replica is updated and ready.
-pub fn statefulset_ready(sts: &StatefulSet) -> Result<String, String> {
-    let want = sts.spec.replicas.unwrap_or(1);
-    let status = sts.status.clone().unwrap_or_default();
-    let observed = status.observed_generation.unwrap_or(0);
-    let generation = sts.metadata.generation.unwrap_or(0);
-    let ready = status.ready_replicas.unwrap_or(0);
-    let updated = status.updated_replicas.unwrap_or(0);
-    if observed < generation {
-        return Err(format!(
-            "StatefulSet generation {generation} not yet observed (observed {observed})"
-        ));
-    }
-    if ready < want || updated < want {
-        return Err(format!(
-            "{ready}/{want} replicas ready, {updated}/{want} updated"
-        ));
-    }
-    Ok(format!("{ready}/{want} replicas ready"))
 }
 
 /// The status after a write failed: Warning when an object is not ours (needs the user; that object
