@@ -59,16 +59,16 @@ fn credentials_key(cr: &ConnectivityProxy) -> String {
 
 /// The Secret the proxy mounts, holding the key under `service_key` (and the configured credentials key).
 fn key_secret(cr: &ConnectivityProxy, ns: &str, name: &str, content: &[u8]) -> Desired {
-    let encoded = STANDARD.encode(content);
-    let mut data = serde_json::Map::new();
-    data.insert(names::SECRET_SERVICE_KEY_KEY.into(), json!(encoded));
-    data.insert(credentials_key(cr), json!(encoded));
+    let data = std::collections::BTreeMap::from([
+        (names::SECRET_SERVICE_KEY_KEY.to_string(), content.to_vec()),
+        (credentials_key(cr), content.to_vec()),
+    ]);
     object(
         cr,
         Kind::Secret,
         Some(ns),
         name,
-        json!({"type": "Opaque", "data": data}),
+        crate::desired::secret("Opaque", None, data),
     )
 }
 

@@ -65,29 +65,25 @@ pub fn state_from(ca: Option<&Secret>, leaf: Option<&Secret>) -> State {
     }
 }
 
-fn b64(s: &str) -> String {
-    STANDARD.encode(s.as_bytes())
-}
-
 /// The CA Secret's content: `type`, `data` and the rotation annotations.
 pub fn ca_secret_content(plan: &Plan) -> Value {
-    let mut data = serde_json::Map::new();
+    let mut data = BTreeMap::new();
     if let Some(ca) = &plan.state.ca {
-        data.insert("ca.crt".into(), json!(b64(&ca.cert_pem)));
-        data.insert("ca.key".into(), json!(b64(&ca.key_pem)));
+        data.insert("ca.crt".to_string(), ca.cert_pem.clone().into_bytes());
+        data.insert("ca.key".to_string(), ca.key_pem.clone().into_bytes());
     }
     if let Some(p) = &plan.state.previous_ca_pem {
-        data.insert("previous-ca.crt".into(), json!(b64(p)));
+        data.insert("previous-ca.crt".to_string(), p.clone().into_bytes());
     }
-    let mut annotations = serde_json::Map::new();
+    let mut annotations = BTreeMap::new();
     let fmt = |t: OffsetDateTime| t.format(&Rfc3339).unwrap_or_default();
     if let Some(t) = plan.state.ca_created_at {
-        annotations.insert(CA_CREATED.into(), json!(fmt(t)));
+        annotations.insert(CA_CREATED.to_string(), fmt(t));
     }
     if let Some(t) = plan.state.leaf_switched_at {
-        annotations.insert(LEAF_SWITCHED.into(), json!(fmt(t)));
+        annotations.insert(LEAF_SWITCHED.to_string(), fmt(t));
     }
-    json!({"type": "Opaque", "metadata": {"annotations": annotations}, "data": data})
+    crate::desired::secret("Opaque", Some(annotations), data)
 }
 
 /// The leaf Secret's content (`kubernetes.io/tls` with `ca.crt` = the bundle).
@@ -96,10 +92,12 @@ pub fn leaf_secret_content(plan: &Plan) -> Value {
         cert_pem: String::new(),
         key_pem: String::new(),
     });
-    json!({
-        "type": "kubernetes.io/tls",
-        "data": {"tls.crt": b64(&leaf.cert_pem), "tls.key": b64(&leaf.key_pem), "ca.crt": b64(&plan.bundle)},
-    })
+    let data = BTreeMap::from([
+        ("tls.crt".to_string(), leaf.cert_pem.into_bytes()),
+        ("tls.key".to_string(), leaf.key_pem.into_bytes()),
+        ("ca.crt".to_string(), plan.bundle.clone().into_bytes()),
+    ]);
+    crate::desired::secret("kubernetes.io/tls", None, data)
 }
 
 /// A full Secret from its content, name, namespace and labels.

@@ -126,28 +126,39 @@ pub(super) fn config_maps(
             Kind::ConfigMap,
             Some(ns),
             names::CONFIGMAP_CONFIG,
-            json!({"data": {names::CONFIGMAP_CONFIG_KEY: render_config(cr, resolved)}}),
+            super::config_map(std::collections::BTreeMap::from([(
+                names::CONFIGMAP_CONFIG_KEY.to_string(),
+                render_config(cr, resolved),
+            )])),
         ),
         object(
             cr,
             Kind::ConfigMap,
             Some(ns),
             names::CONFIGMAP_INFO,
-            json!({"data": {
-                "onpremise_proxy_host": host,
-                "onpremise_proxy_http_port": port("http"),
-                "onpremise_proxy_ldap_port": port("rfcAndLdap"),
-                "onpremise_proxy_port": port("http"),
-                "onpremise_proxy_rfc_port": port("rfcAndLdap"),
-                "onpremise_socks5_proxy_port": port("socks5"),
-            }}),
+            super::config_map(
+                [
+                    ("onpremise_proxy_host", host),
+                    ("onpremise_proxy_http_port", port("http")),
+                    ("onpremise_proxy_ldap_port", port("rfcAndLdap")),
+                    ("onpremise_proxy_port", port("http")),
+                    ("onpremise_proxy_rfc_port", port("rfcAndLdap")),
+                    ("onpremise_socks5_proxy_port", port("socks5")),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            ),
         ),
         object(
             cr,
             Kind::ConfigMap,
             Some(ns),
             names::CONFIGMAP_SERVICE_MAPPINGS,
-            json!({"data": {names::CONFIGMAP_SERVICE_MAPPINGS_KEY: service_mappings_json(mappings)}}),
+            super::config_map(std::collections::BTreeMap::from([(
+                names::CONFIGMAP_SERVICE_MAPPINGS_KEY.to_string(),
+                service_mappings_json(mappings),
+            )])),
         ),
     ]
 }

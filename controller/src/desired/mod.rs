@@ -206,6 +206,48 @@ pub struct Desired {
     pub body: Value,
 }
 
+/// A typed `k8s-openapi` object as the body [`object`] completes (it sets apiVersion, kind, name,
+/// namespace, labels and owner; metadata the object carries besides, e.g. annotations, is kept).
+pub fn body<T: serde::Serialize>(o: &T) -> Value {
+    let mut v = serde_json::to_value(o).unwrap_or_else(|_| json!({}));
+    if let Some(m) = v.as_object_mut()
+        && m.get("metadata")
+            .is_some_and(|md| md.as_object().is_some_and(|o| o.is_empty()))
+    {
+        m.remove("metadata");
+    }
+    v
+}
+
+/// A ConfigMap body with `data`.
+pub fn config_map(data: BTreeMap<String, String>) -> Value {
+    body(&k8s_openapi::api::core::v1::ConfigMap {
+        data: Some(data),
+        ..Default::default()
+    })
+}
+
+/// A Secret body of `type_` with `data` (raw bytes; serialised as base64).
+pub fn secret(
+    type_: &str,
+    annotations: Option<BTreeMap<String, String>>,
+    data: BTreeMap<String, Vec<u8>>,
+) -> Value {
+    body(&k8s_openapi::api::core::v1::Secret {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            annotations,
+            ..Default::default()
+        },
+        type_: Some(type_.into()),
+        data: Some(
+            data.into_iter()
+                .map(|(k, v)| (k, k8s_openapi::ByteString(v)))
+                .collect(),
+        ),
+        ..Default::default()
+    })
+}
+
 /// Builds one desired object with the managed labels, the owner labels and, for objects in the CR's
 /// namespace, an owner reference to the CR.
 pub fn object(

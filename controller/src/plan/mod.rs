@@ -405,12 +405,11 @@ fn connectivity_ca_object(
             (None, Some(problem.clone()), Some(key))
         }
         ConnectivityCa::Known { url, pem } => {
-            use base64::Engine;
-            let body = json!({
-                "metadata": {"annotations": {FETCHED_FROM: url}},
-                "type": "Opaque",
-                "data": {"cacert": base64::engine::general_purpose::STANDARD.encode(pem.as_bytes())},
-            });
+            let body = desired::secret(
+                "Opaque",
+                Some([(FETCHED_FROM.to_string(), url.clone())].into()),
+                [("cacert".to_string(), pem.clone().into_bytes())].into(),
+            );
             let d = desired::object(cr, Kind::Secret, Some(&ns), &name, body);
             (Some(d), None, None)
         }
