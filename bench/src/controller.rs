@@ -111,6 +111,8 @@ pub struct IdleRequests {
     pub other_writes: Vec<RequestCount>,
     /// get/list on anything but leases.
     pub reads: usize,
+    /// Those reads by verb and resource.
+    pub read_counts: Vec<RequestCount>,
     /// Watch requests that completed (and were re-established) in the window.
     pub watches: usize,
     pub webhook_writes: usize,
@@ -758,6 +760,10 @@ async fn idle_requests(cp: &ControlPlane, window: Duration) -> anyhow::Result<Id
             true,
         ),
         reads: ctrl.iter().filter(|r| !is_lease(r) && is_read(r)).count(),
+        read_counts: count_requests(
+            ctrl.iter().filter(|r| !is_lease(r) && is_read(r)).copied(),
+            false,
+        ),
         watches: ctrl.iter().filter(|r| r.verb == "watch").count(),
         webhook_writes: wh.iter().filter(|r| is_write(r)).count(),
         webhook_reads: wh.iter().filter(|r| is_read(r)).count(),
@@ -1279,6 +1285,16 @@ pub fn render(f: &ControllerFigures) -> String {
         i.reads,
         i.per_minute(i.reads)
     );
+    for c in &i.read_counts {
+        let _ = writeln!(
+            s,
+            "| &nbsp;&nbsp;{} {} | {} | {:.1} | — | — |",
+            c.verb,
+            c.resource,
+            c.count,
+            i.per_minute(c.count)
+        );
+    }
     let _ = writeln!(
         s,
         "| controller watches re-established | {} | {:.1} | — | — |",
@@ -1359,10 +1375,10 @@ pub fn render(f: &ControllerFigures) -> String {
     // 3b. Drift repair.
     let _ = writeln!(
         s,
-        "### Drift repair
-
-         A managed object deleted by an admin, {} times each; from the delete until the bench's own watch          delivers the re-created object (a new uid). The controller's caches watch every managed kind, so the          repair does not wait for the resync (600 s).
-",
+        "### Drift repair\n\n\
+         A managed object deleted by an admin, {} times each; from the delete until the bench's own watch \
+         delivers the re-created object (a new uid). The controller's caches watch every managed kind, so the \
+         repair does not wait for the resync (600 s).\n",
         f.drift.first().map(|d| d.ms.len()).unwrap_or(0)
     );
     let _ = writeln!(s, "| Deleted | ms each | max ms | Goal | Met |");

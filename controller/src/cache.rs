@@ -75,19 +75,30 @@ impl Cache {
                 };
                 let writer = reflector::store::Writer::new(ar.clone());
                 managed.insert((kind, ns), writer.as_reader());
-                let events = reflector::reflector(
-                    writer,
-                    watcher(api, managed_cfg.clone())
-                        .modify(|o| cp_api::slim_for_cache(o.meta_mut())),
-                )
-                .default_backoff()
-                .touched_objects();
-                tokio::spawn(forward(
-                    events,
+                let (cfg, trigger, crds, plural) = (
+                    managed_cfg.clone(),
                     trigger.clone(),
+                    crds.clone(),
                     ar.plural.clone(),
-                    |o: &DynamicObject| crate::desired::owner_of(o.labels()),
-                ));
+                );
+                tokio::spawn(async move {
+                    // A kind whose CRD is not installed is not watched until it is (a watch would
+                    // retry a failing LIST forever); the CRD store is in memory, so waiting costs
+                    // no requests.
+                    while kind.crd().is_some_and(|c| crd_absent(&crds, c)) {
+                        tokio::time::sleep(CRD_RECHECK).await;
+                    }
+                    let events = reflector::reflector(
+                        writer,
+                        watcher(api, cfg).modify(|o| cp_api::slim_for_cache(o.meta_mut())),
+                    )
+                    .default_backoff()
+                    .touched_objects();
+                    forward(events, trigger, plural, |o: &DynamicObject| {
+                        crate::desired::owner_of(o.labels())
+                    })
+                    .await
+                });
             }
         }
         Self {
@@ -128,12 +139,7 @@ impl Cache {
     }
 
     fn crd_missing(&self, kind: Kind) -> bool {
-        kind.crd().is_some_and(|crd| {
-            !self
-                .crds
-                .get(&ObjectRef::new(crd))
-                .is_some_and(|c| established(&c))
-        })
+        kind.crd().is_some_and(|crd| crd_absent(&self.crds, crd))
     }
 
     /// The object as cached, else as read from the API (absence in a cache is always confirmed: the
@@ -303,6 +309,15 @@ impl Cache {
         }
         Ok(cached)
     }
+}
+
+/// How often a managed kind whose CRD is missing looks for it in the CRD store.
+const CRD_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn crd_absent(crds: &Store<CustomResourceDefinition>, name: &str) -> bool {
+    !crds
+        .get(&ObjectRef::new(name))
+        .is_some_and(|c| established(&c))
 }
 
 /// Whether a CRD is established (its API is served).

@@ -604,6 +604,35 @@ async fn steady_state_issues_no_writes() {
         "only {} reconciles in 30 s: the window saw no resyncs",
         after - before
     );
+    // Reads: a steady reconcile reads its CR once (a quorum GET) and nothing else; everything else
+    // comes from the watch caches. Watches and the Lease are not part of a reconcile.
+    let reads: Vec<String> = env
+        .cp
+        .audit_requests_since(offset)
+        .expect("audit")
+        .into_iter()
+        .filter(|r| r.user == CONTROLLER_USER && r.resource != "leases" && r.verb != "watch")
+        .filter(|r| r.verb == "get" || r.verb == "list")
+        .map(|r| format!("{} {}", r.verb, r.resource))
+        .collect();
+    let cr_reads = reads
+        .iter()
+        .filter(|r| *r == "get connectivityproxies")
+        .count();
+    let other: Vec<&String> = reads
+        .iter()
+        .filter(|r| *r != "get connectivityproxies")
+        .collect();
+    assert!(
+        other.is_empty(),
+        "{} reconciles read more than their CR: {other:?}",
+        after - before
+    );
+    assert!(
+        cr_reads as f64 <= after - before + 1.0,
+        "{cr_reads} reads of the CR for {} reconciles",
+        after - before
+    );
     let writes: Vec<_> = env
         .cp
         .audit_writes_since(offset)
