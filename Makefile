@@ -89,7 +89,7 @@ go-peer:
 bench: k8s-bins go-peer images
 	cargo build --release -p cp-webhook -p cp-controller -p cp-bench --bins
 	cargo bench -q -p cp-bench --bench admission -- --warm-up-time 1 --measurement-time 3
-	CP_WEBHOOK_LOG=warn CP_CONTROLLER_LOG=warn $(CARGO_TARGET_DIR)/release/cp-bench $(BENCH_FLAGS)
+	CP_WEBHOOK_LOG=info CP_CONTROLLER_LOG=info $(CARGO_TARGET_DIR)/release/cp-bench $(BENCH_FLAGS)
 	@$(MAKE) --no-print-directory check-leaks
 
 ## A local control plane with the module installed and the default CR; Ctrl-C stops everything.

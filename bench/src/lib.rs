@@ -1,7 +1,8 @@
 //! `make bench`: measures the webhook and the controller and writes `BENCHMARKS.md`.
 #![forbid(unsafe_code)]
 
-pub mod ceiling;
 pub mod controller;
+pub mod floor;
 pub mod load;
 pub mod reviews;
+pub mod webhook;

@@ -1,7 +1,14 @@
-//! A small HTTPS load generator: `concurrency` keep-alive HTTP/1.1 connections, each with one request
-//! in flight, for a fixed time after a warm-up; every latency is kept for exact percentiles.
+//! A small HTTPS load generator and the server-CPU meter.
+//!
+//! Three ways to load a server: closed loop (`c` keep-alive HTTP/1.1 connections, each with one
+//! request in flight), closed loop on fresh connections (every request opens its own TCP + TLS 1.3
+//! connection, full handshake, no resumption: the rarely-called webhook), and open loop (requests
+//! sent at a fixed rate from a pacing thread whatever the answers do; latency counts from the
+//! scheduled send time, so a stalled server cannot hide its queue). Every latency is kept for exact
+//! percentiles. The server's CPU time over the measured window comes from `/proc/<pid>/stat`
+//! (utime + stime of all its threads).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -10,6 +17,28 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio_rustls::TlsConnector;
+
+/// How a run loads the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// `c` kept-alive connections, one request in flight on each.
+    Closed(usize),
+    /// `c` clients, each request on a new connection (TCP + full TLS handshake).
+    Fresh(usize),
+    /// A fixed rate in requests per second, latency from the scheduled send time.
+    Open(u32),
+}
+
+impl Mode {
+    /// Short label for tables.
+    pub fn label(self) -> String {
+        match self {
+            Mode::Closed(c) => format!("c={c}"),
+            Mode::Fresh(c) => format!("new TLS per request, c={c}"),
+            Mode::Open(r) => format!("open loop {r}/s"),
+        }
+    }
+}
 
 /// One load run's result.
 #[derive(Clone, Debug, Default)]
@@ -28,6 +57,10 @@ pub struct Stats {
     pub p999_us: u64,
     /// Slowest request.
     pub max_us: u64,
+    /// Server CPU time (user + system) per completed request, µs.
+    pub cpu_us: f64,
+    /// Connections the open loop had to add because every open one was busy.
+    pub extra_connections: usize,
 }
 
 /// What to send where.
@@ -43,16 +76,20 @@ pub struct Target {
     pub ca_pem: String,
 }
 
-fn connector(ca_pem: &str) -> anyhow::Result<TlsConnector> {
+/// A client TLS configuration trusting `ca_pem`; `resume` allows session resumption.
+fn connector(ca_pem: &str, resume: bool) -> anyhow::Result<TlsConnector> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert?)?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
         .with_no_client_auth();
+    if !resume {
+        config.resumption = rustls::client::Resumption::disabled();
+    }
     Ok(TlsConnector::from(Arc::new(config)))
 }
 
@@ -85,61 +122,76 @@ pub async fn send(sender: &mut Sender, target: &Target) -> anyhow::Result<(bool,
 
 /// One request on a fresh connection, to check what a server answers before loading it.
 pub async fn probe(target: &Target) -> anyhow::Result<(bool, Bytes)> {
-    let tls = connector(&target.ca_pem)?;
+    let tls = connector(&target.ca_pem, true)?;
     let mut sender = connect(target, &tls).await?;
     send(&mut sender, target).await
 }
 
-/// Loads `target` with `concurrency` connections: `warmup` unmeasured, then `measure`.
+/// User + system CPU time of process `pid` (all its threads, living and exited), in µs.
+pub fn process_cpu_us(pid: u32) -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command (which may contain spaces) start after the last ')'.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat: no ')'"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat(5), i.e. 12 and 13 after the state field.
+    let ticks = |i: usize| -> anyhow::Result<u64> {
+        Ok(fields
+            .get(i)
+            .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat: short"))?
+            .parse()?)
+    };
+    Ok((ticks(11)? + ticks(12)?) * 1_000_000 / clock_ticks())
+}
+
+fn clock_ticks() -> u64 {
+    static TICKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .filter(|t| *t > 0)
+            .unwrap_or(100)
+    })
+}
+
+/// Latencies and errors of the measured window.
+#[derive(Default)]
+struct Window {
+    lat: Vec<u32>,
+    errors: usize,
+}
+
+/// Loads `target` in `mode`: `warmup` unmeasured, then `measure`; the server's CPU is read from
+/// `/proc/<server_pid>` at the start and the end of the measured window.
 pub async fn run(
     target: &Target,
-    concurrency: usize,
+    mode: Mode,
     warmup: Duration,
     measure: Duration,
+    server_pid: u32,
 ) -> anyhow::Result<Stats> {
-    let tls = connector(&target.ca_pem)?;
     let start = Instant::now();
     let measure_from = start + warmup;
     let end = measure_from + measure;
-    let mut tasks = Vec::with_capacity(concurrency);
-    for _ in 0..concurrency {
-        let mut sender = connect(target, &tls).await?;
-        let (target, tls) = (target.clone(), tls.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::with_capacity(1 << 16);
-            let mut errors = 0usize;
-            loop {
-                let t0 = Instant::now();
-                if t0 >= end {
-                    break;
-                }
-                let ok = matches!(send(&mut sender, &target).await, Ok((true, _)));
-                let t1 = Instant::now();
-                if t0 >= measure_from && t1 <= end {
-                    if ok {
-                        lat.push((t1 - t0).as_micros() as u32);
-                    } else {
-                        errors += 1;
-                    }
-                }
-                if !ok {
-                    // Reconnect after a failure (the server may have closed the connection).
-                    match connect(&target, &tls).await {
-                        Ok(s) => sender = s,
-                        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-                    }
-                }
-            }
-            (lat, errors)
-        }));
-    }
-    let mut all: Vec<u32> = Vec::new();
-    let mut errors = 0;
-    for t in tasks {
-        let (lat, e) = t.await?;
-        all.extend(lat);
-        errors += e;
-    }
+    let cpu = tokio::spawn(async move {
+        tokio::time::sleep_until(measure_from.into()).await;
+        let a = process_cpu_us(server_pid);
+        tokio::time::sleep_until(end.into()).await;
+        let b = process_cpu_us(server_pid);
+        Ok::<_, anyhow::Error>(b?.saturating_sub(a?))
+    });
+    let (window, extra_connections) = match mode {
+        Mode::Closed(c) => (closed(target, c, false, measure_from, end).await?, 0),
+        Mode::Fresh(c) => (closed(target, c, true, measure_from, end).await?, 0),
+        Mode::Open(rate) => open(target, rate, start, measure_from, end).await?,
+    };
+    let cpu_us = cpu.await??;
+    let mut all = window.lat;
     all.sort_unstable();
     let pct = |p: f64| -> u64 {
         if all.is_empty() {
@@ -150,11 +202,158 @@ pub async fn run(
     };
     Ok(Stats {
         requests: all.len(),
-        errors,
+        errors: window.errors,
         rps: all.len() as f64 / measure.as_secs_f64(),
         p50_us: pct(0.50),
         p99_us: pct(0.99),
         p999_us: pct(0.999),
         max_us: all.last().map(|v| u64::from(*v)).unwrap_or(0),
+        cpu_us: cpu_us as f64 / all.len().max(1) as f64,
+        extra_connections,
     })
+}
+
+/// Closed loop: `concurrency` clients, each sending its next request when the last one answered.
+async fn closed(
+    target: &Target,
+    concurrency: usize,
+    fresh: bool,
+    measure_from: Instant,
+    end: Instant,
+) -> anyhow::Result<Window> {
+    let tls = connector(&target.ca_pem, !fresh)?;
+    let mut tasks = Vec::with_capacity(concurrency);
+    for _ in 0..concurrency {
+        let mut sender = if fresh {
+            None
+        } else {
+            Some(connect(target, &tls).await?)
+        };
+        let (target, tls) = (target.clone(), tls.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut w = Window {
+                lat: Vec::with_capacity(1 << 16),
+                errors: 0,
+            };
+            loop {
+                let t0 = Instant::now();
+                if t0 >= end {
+                    break;
+                }
+                let ok = match sender.as_mut() {
+                    Some(s) => matches!(send(s, &target).await, Ok((true, _))),
+                    None => match connect(&target, &tls).await {
+                        Ok(mut s) => matches!(send(&mut s, &target).await, Ok((true, _))),
+                        Err(_) => false,
+                    },
+                };
+                let t1 = Instant::now();
+                if t0 >= measure_from && t1 <= end {
+                    if ok {
+                        w.lat.push((t1 - t0).as_micros() as u32);
+                    } else {
+                        w.errors += 1;
+                    }
+                }
+                if !ok && !fresh {
+                    // Reconnect after a failure (the server may have closed the connection).
+                    match connect(&target, &tls).await {
+                        Ok(s) => sender = Some(s),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                    }
+                }
+            }
+            w
+        }));
+    }
+    let mut all = Window::default();
+    for t in tasks {
+        let w = t.await?;
+        all.lat.extend(w.lat);
+        all.errors += w.errors;
+    }
+    Ok(all)
+}
+
+/// Open loop: a pacing thread schedules request `i` at `start + i / rate` and hands it to the
+/// runtime; each request takes an idle kept-alive connection (opening another when all are busy)
+/// and its latency counts from its scheduled time.
+async fn open(
+    target: &Target,
+    rate: u32,
+    start: Instant,
+    measure_from: Instant,
+    end: Instant,
+) -> anyhow::Result<(Window, usize)> {
+    const POOL: usize = 16;
+    let tls = connector(&target.ca_pem, true)?;
+    let mut idle = Vec::with_capacity(POOL);
+    for _ in 0..POOL {
+        idle.push(connect(target, &tls).await?);
+    }
+    let idle = Arc::new(Mutex::new(idle));
+    let window = Arc::new(Mutex::new(Window::default()));
+    let extra = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let handle = tokio::runtime::Handle::current();
+    let interval = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+    let (target, shared) = (target.clone(), (idle, window.clone(), extra.clone()));
+    let pacer = std::thread::spawn(move || {
+        let mut spawned = Vec::new();
+        let mut due = start;
+        while due < end {
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            let (target, tls) = (target.clone(), tls.clone());
+            let (idle, window, extra) = (shared.0.clone(), shared.1.clone(), shared.2.clone());
+            spawned.push(handle.spawn(async move {
+                let taken = idle.lock().ok().and_then(|mut v| v.pop());
+                let sender = match taken {
+                    Some(s) => Ok(s),
+                    None => {
+                        extra.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        connect(&target, &tls).await
+                    }
+                };
+                let (ok, back) = match sender {
+                    Ok(mut s) => {
+                        let ok = matches!(send(&mut s, &target).await, Ok((true, _)));
+                        (ok, ok.then_some(s))
+                    }
+                    Err(_) => (false, None),
+                };
+                let t1 = Instant::now();
+                if let Some(s) = back
+                    && let Ok(mut v) = idle.lock()
+                {
+                    v.push(s);
+                }
+                if due >= measure_from
+                    && due < end
+                    && let Ok(mut w) = window.lock()
+                {
+                    if ok {
+                        w.lat.push((t1 - due).as_micros() as u32);
+                    } else {
+                        w.errors += 1;
+                    }
+                }
+            }));
+            due += interval;
+        }
+        spawned
+    });
+    let spawned = tokio::task::spawn_blocking(move || pacer.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("the pacing thread panicked"))?;
+    for t in spawned {
+        t.await?;
+    }
+    let w = std::mem::take(
+        &mut *window
+            .lock()
+            .map_err(|_| anyhow::anyhow!("latency lock poisoned"))?,
+    );
+    Ok((w, extra.load(std::sync::atomic::Ordering::Relaxed)))
 }

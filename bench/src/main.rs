@@ -1,33 +1,24 @@
 //! `make bench`: runs every measurement side by side and writes `BENCHMARKS.md`.
 //!
-//! `cp-bench [--quick] [--out FILE]` measures; `cp-bench ceiling ADDR CERT KEY` is the TLS ceiling
-//! server it starts as a separate process.
+//! `cp-bench [--quick] [--out FILE]` measures; `cp-bench floor ADDR CERT KEY` is the floor server it
+//! starts as a separate process (`cp_bench::floor`).
 #![forbid(unsafe_code)]
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
-use bytes::Bytes;
-use cp_bench::load::{self, Stats, Target};
-use cp_bench::reviews;
-use cp_tests::ControlPlane;
-use cp_tests::cluster::Options;
-use cp_tests::webhook::Webhook;
-
-const CONCURRENCY: [usize; 3] = [1, 16, 64];
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("ceiling") {
+    if args.first().map(String::as_str) == Some("floor") {
         let [_, addr, cert, key] = args.as_slice() else {
-            anyhow::bail!("usage: cp-bench ceiling ADDR CERT KEY");
+            anyhow::bail!("usage: cp-bench floor ADDR CERT KEY");
         };
-        let body = Bytes::from(reviews::fixed_response()?);
-        return tokio::runtime::Runtime::new()?
-            .block_on(cp_bench::ceiling::serve(addr, cert, key, body));
+        // The same runtime as cp-webhook's `#[tokio::main]`.
+        return tokio::runtime::Runtime::new()?.block_on(cp_bench::floor::serve(addr, cert, key));
     }
     let quick = args.iter().any(|a| a == "--quick");
     let out = args
@@ -47,25 +38,29 @@ async fn run(quick: bool, out: &Path) -> anyhow::Result<()> {
     let mut md = String::new();
     let only = std::env::var("CP_BENCH_ONLY").unwrap_or_default();
     let webhook = if only.is_empty() || only == "webhook" {
-        webhook_section(quick).await.context("webhook benchmarks")?
+        Some(
+            cp_bench::webhook::run(quick)
+                .await
+                .context("webhook benchmarks")?,
+        )
     } else {
-        String::new()
+        None
     };
     let criterion = criterion_section();
     let controller = if only.is_empty() || only == "controller" {
-        cp_bench::controller::render(
-            &cp_bench::controller::run(quick)
+        Some(
+            cp_bench::controller::run(quick)
                 .await
                 .context("controller benchmarks")?,
         )
     } else {
-        String::new()
+        None
     };
     writeln!(md, "# Benchmarks\n")?;
     writeln!(
         md,
-        "Written by `make bench` ({}) on {}; the whole run took {:.0} s. Loopback only; client and \
-         servers share the machine's cores.\n",
+        "Written by `make bench` ({}) on {}; the whole run took {:.0} s. Loopback only. Every figure and \
+         verdict below comes from this run.\n",
         if quick { "quick mode" } else { "full run" },
         time::OffsetDateTime::now_utc()
             .format(&time::format_description::well_known::Rfc3339)
@@ -74,13 +69,12 @@ async fn run(quick: bool, out: &Path) -> anyhow::Result<()> {
     )?;
     md.push_str(&machine());
     md.push_str(&images());
-    md.push_str(&webhook);
+    if let Some(w) = &webhook {
+        md.push_str(&cp_bench::webhook::render(w));
+    }
     md.push_str(&criterion);
-    md.push_str(&controller);
-    let analysis = cp_tests::workspace_root().join("bench/ANALYSIS.md");
-    if let Ok(text) = std::fs::read_to_string(&analysis) {
-        md.push('\n');
-        md.push_str(&text);
+    if let Some(c) = &controller {
+        md.push_str(&cp_bench::controller::render(c));
     }
     std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;
     println!("{md}");
@@ -171,255 +165,6 @@ fn machine() -> String {
         k8s.rsplit('/').nth(1).unwrap_or(&k8s),
         env!("CARGO_PKG_VERSION"),
     )
-}
-
-fn go_peer() -> PathBuf {
-    std::env::var_os("CP_GO_PEER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/cp-operator/bench/go-webhook")
-        })
-}
-
-async fn wait_answers(target: &Target, what: &str) -> anyhow::Result<Bytes> {
-    cp_tests::wait::until(
-        &format!("{what} to answer 200"),
-        Duration::from_secs(30),
-        || async {
-            match load::probe(target).await {
-                Ok((true, body)) => Ok(Some(body)),
-                Ok((false, body)) => Err(format!("non-200: {}", String::from_utf8_lossy(&body))),
-                Err(e) => Err(format!("{e:#}")),
-            }
-        },
-    )
-    .await
-}
-
-struct Row {
-    server: &'static str,
-    path: &'static str,
-    concurrency: usize,
-    stats: Stats,
-}
-
-async fn webhook_section(quick: bool) -> anyhow::Result<String> {
-    let cp = tokio::task::spawn_blocking(|| ControlPlane::start(Options::default())).await??;
-    // The webhook's caches need the CRDs.
-    let admin = cp.admin().await?;
-    for crd in [
-        "connectivityproxies.connectivityproxy.sap.com",
-        "servicemappings.connectivityproxy.sap.com",
-    ] {
-        let file = cp_tests::workspace_root().join(format!("manifests/crds/{crd}.yaml"));
-        cp_tests::manifest::apply_file(&admin, &file, None).await?;
-    }
-    let rust = Webhook::start(&cp, "cp-webhook", &[]).await?;
-    let ca = rust
-        .ca
-        .as_ref()
-        .context("the harness webhook has its own CA")?;
-    let ca_pem = ca.cert_pem.clone();
-    let cert = rust.cert_file.display().to_string();
-    let key = rust.key_file.display().to_string();
-
-    let ceiling_port = cp_tests::cluster::free_port()?;
-    cp.spawn_process(
-        "ceiling",
-        Command::new(std::env::current_exe()?).args([
-            "ceiling",
-            &format!("127.0.0.1:{ceiling_port}"),
-            &cert,
-            &key,
-        ]),
-    )?;
-    let go_port = cp_tests::cluster::free_port()?;
-    let defaults = cp.dir.join("defaults.json");
-    std::fs::write(
-        &defaults,
-        serde_json::to_vec(cp_api::defaults::deployment_defaults_value())?,
-    )?;
-    let go = go_peer();
-    anyhow::ensure!(
-        go.exists(),
-        "{} missing: run `bash hack/build-go-peer.sh`",
-        go.display()
-    );
-    cp.spawn_process(
-        "go-webhook",
-        Command::new(&go).args([
-            format!("--addr=127.0.0.1:{go_port}"),
-            format!("--tls-cert-file={cert}"),
-            format!("--tls-key-file={key}"),
-            format!("--defaults-file={}", defaults.display()),
-            "--privileged-users=system:serviceaccount:kyma-system:connectivity-proxy-controller"
-                .into(),
-            "--privileged-groups=system:masters".into(),
-            "--zap-log-level=error".into(),
-        ]),
-    )?;
-
-    let bodies = [
-        ("/mutate", Bytes::from(reviews::mutate_create()?)),
-        ("/validate", Bytes::from(reviews::validate_update()?)),
-    ];
-    let servers: [(&'static str, String); 3] = [
-        (
-            "ceiling (rustls + hyper, fixed answer)",
-            format!("127.0.0.1:{ceiling_port}"),
-        ),
-        (
-            "cp-webhook (this operator)",
-            rust.url.trim_start_matches("https://").to_string(),
-        ),
-        (
-            "controller-runtime peer (Go)",
-            format!("127.0.0.1:{go_port}"),
-        ),
-    ];
-    // Check every server's answer before loading it: a fast wrong answer is no result.
-    for (server, addr) in &servers {
-        for (path, body) in &bodies {
-            let target = Target {
-                addr: addr.clone(),
-                path: path.to_string(),
-                body: body.clone(),
-                ca_pem: ca_pem.clone(),
-            };
-            let answer = wait_answers(&target, server).await?;
-            let v: serde_json::Value =
-                serde_json::from_slice(&answer).with_context(|| format!("{server} {path}"))?;
-            anyhow::ensure!(
-                v["response"]["allowed"] == true,
-                "{server} {path} did not allow: {v}"
-            );
-            if *path == "/mutate" {
-                anyhow::ensure!(
-                    v["response"]["patch"].is_string(),
-                    "{server} {path} sent no patch: {v}"
-                );
-            }
-        }
-    }
-    let (warmup, measure) = if quick {
-        (Duration::from_millis(300), Duration::from_secs(1))
-    } else {
-        (Duration::from_millis(500), Duration::from_secs(4))
-    };
-    let mut rows = Vec::new();
-    for (path, body) in &bodies {
-        for &c in &CONCURRENCY {
-            for (server, addr) in &servers {
-                let target = Target {
-                    addr: addr.clone(),
-                    path: path.to_string(),
-                    body: body.clone(),
-                    ca_pem: ca_pem.clone(),
-                };
-                let stats = load::run(&target, c, warmup, measure).await?;
-                println!("{server} {path} c={c}: {stats:?}");
-                rows.push(Row {
-                    server,
-                    path,
-                    concurrency: c,
-                    stats,
-                });
-            }
-        }
-    }
-    Ok(render_webhook(&rows, &bodies, measure))
-}
-
-fn render_webhook(rows: &[Row], bodies: &[(&str, Bytes)], measure: Duration) -> String {
-    let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "## Webhook throughput and latency\n\nHTTPS (TLS 1.3, HTTP/1.1 keep-alive), `c` connections each with one \
-         request in flight, {:.0} s measured after a warm-up, every latency kept (exact percentiles). Requests: \
-         `/mutate` CREATE of the module's default CR without `spec.deployment` ({} bytes; the answer is the defaults \
-         as a JSON patch), `/validate` UPDATE of the defaulted CR by a non-privileged user ({} bytes; allowed). The \
-         ceiling answers a fixed, allowed AdmissionReview with a patch of the same size after reading the body. The Go \
-         peer is controller-runtime's webhook package doing the same defaulting and protected-field check \
-         (`bench/peers/go-webhook`). Logs at warn/error level for both.\n",
-        measure.as_secs_f64(),
-        bodies.first().map(|b| b.1.len()).unwrap_or(0),
-        bodies.get(1).map(|b| b.1.len()).unwrap_or(0),
-    );
-    let _ = writeln!(
-        md,
-        "| path | c | server | req/s | p50 µs | p99 µs | p99.9 µs | max µs | errors |"
-    );
-    let _ = writeln!(
-        md,
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-    );
-    for r in rows {
-        let s = &r.stats;
-        let _ = writeln!(
-            md,
-            "| `{}` | {} | {} | {:.0} | {} | {} | {} | {} | {} |",
-            r.path,
-            r.concurrency,
-            r.server,
-            s.rps,
-            s.p50_us,
-            s.p99_us,
-            s.p999_us,
-            s.max_us,
-            s.errors
-        );
-    }
-    let _ = writeln!(
-        md,
-        "\n### Ratios and goals\n\nGoals: throughput ≥ 0.8× the ceiling and ≥ 2× the Go peer; p99 < 2 ms at c = 16.\n"
-    );
-    let _ = writeln!(
-        md,
-        "| path | c | vs ceiling | vs Go peer | p99 at c=16 | goals |"
-    );
-    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
-    let find = |path: &str, c: usize, prefix: &str| {
-        rows.iter()
-            .find(|r| r.path == path && r.concurrency == c && r.server.starts_with(prefix))
-            .map(|r| r.stats.clone())
-            .unwrap_or_default()
-    };
-    for (path, _) in bodies {
-        for &c in &CONCURRENCY {
-            let ours = find(path, c, "cp-webhook");
-            let ceiling = find(path, c, "ceiling");
-            let go = find(path, c, "controller-runtime");
-            let vs_ceiling = ours.rps / ceiling.rps.max(1.0);
-            let vs_go = ours.rps / go.rps.max(1.0);
-            let p99 = if c == 16 {
-                format!("{:.2} ms", ours.p99_us as f64 / 1000.0)
-            } else {
-                "—".into()
-            };
-            let mut missed = Vec::new();
-            if vs_ceiling < 0.8 {
-                missed.push("ceiling");
-            }
-            if vs_go < 2.0 {
-                missed.push("Go peer");
-            }
-            if c == 16 && ours.p99_us >= 2000 {
-                missed.push("p99");
-            }
-            let verdict = if missed.is_empty() {
-                "met".to_string()
-            } else {
-                format!("**missed: {}**", missed.join(", "))
-            };
-            let _ = writeln!(
-                md,
-                "| `{path}` | {c} | {vs_ceiling:.2}× | {vs_go:.2}× | {p99} | {verdict} |"
-            );
-        }
-    }
-    md.push('\n');
-    md
 }
 
 /// Criterion's estimates from `cargo bench -p cp-bench --bench admission` (run by `make bench` first).

@@ -17,6 +17,9 @@ pub fn defaulted_cr() -> anyhow::Result<Value> {
     Ok(cr)
 }
 
+/// The uid of every review the bench sends.
+pub const FIXED_UID: &str = "705ab4f5-6393-11e8-b7cc-42010a800002";
+
 fn review(operation: &str, object: Value, old: Option<Value>) -> Value {
     json!({
         "apiVersion": "admission.k8s.io/v1",
@@ -54,15 +57,20 @@ pub fn validate_update() -> anyhow::Result<Vec<u8>> {
     Ok(serde_json::to_vec(&review("UPDATE", new, Some(old)))?)
 }
 
-/// The fixed answer of the TLS ceiling server: an allowed AdmissionReview response the size of a
-/// real `/mutate` answer.
-pub fn fixed_response() -> anyhow::Result<Vec<u8>> {
-    use base64::Engine;
-    let patch = json!([{"op": "add", "path": "/spec/deployment", "value": cp_api::defaults::deployment_defaults_value()}]);
-    let patch = base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&patch)?);
-    Ok(serde_json::to_vec(&json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "response": {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": true, "patchType": "JSONPatch", "patch": patch}
-    }))?)
+/// `/validate-servicemapping`: a user creates ServiceMapping `name` (TCP, serviceId `service_id`).
+pub fn mapping_create(name: &str, service_id: &str) -> anyhow::Result<Vec<u8>> {
+    let object = json!({
+        "apiVersion": "connectivityproxy.sap.com/v1",
+        "kind": "ServiceMapping",
+        "metadata": {"name": name, "uid": "1b0f8c1e-4a55-4cf2-9c3a-6a1b2b4c5d6e", "creationTimestamp": "2026-11-01T00:00:00Z"},
+        "spec": {"type": "TCP", "serviceId": service_id, "internalAddress": "backend.default:8080"}
+    });
+    let mut r = review("CREATE", object, None);
+    r["request"]["kind"]["kind"] = json!("ServiceMapping");
+    r["request"]["requestKind"]["kind"] = json!("ServiceMapping");
+    r["request"]["resource"]["resource"] = json!("servicemappings");
+    r["request"]["requestResource"]["resource"] = json!("servicemappings");
+    r["request"]["name"] = json!(name);
+    r["request"]["namespace"] = Value::Null;
+    Ok(serde_json::to_vec(&r)?)
 }

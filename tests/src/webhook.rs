@@ -52,7 +52,18 @@ impl Webhook {
         name: &str,
         extra_args: &[&str],
     ) -> anyhow::Result<Webhook> {
-        Self::start_with(cp, name, extra_args, true).await
+        Self::start_with(cp, name, extra_args, true, &[]).await
+    }
+
+    /// Like [`Webhook::start`], with the binary run by `wrapper` (e.g. `taskset -c 1`: the bench pins
+    /// the server under test to its own core from the start, so its runtime sizes itself to it).
+    pub async fn start_wrapped(
+        cp: &ControlPlane,
+        name: &str,
+        extra_args: &[&str],
+        wrapper: &[&str],
+    ) -> anyhow::Result<Webhook> {
+        Self::start_with(cp, name, extra_args, true, wrapper).await
     }
 
     /// Like [`Webhook::start`], but the webhook serves the certificate the controller issues into
@@ -62,7 +73,7 @@ impl Webhook {
         name: &str,
         extra_args: &[&str],
     ) -> anyhow::Result<Webhook> {
-        Self::start_with(cp, name, extra_args, false).await
+        Self::start_with(cp, name, extra_args, false, &[]).await
     }
 
     async fn start_with(
@@ -70,6 +81,7 @@ impl Webhook {
         name: &str,
         extra_args: &[&str],
         own_cert: bool,
+        wrapper: &[&str],
     ) -> anyhow::Result<Webhook> {
         let cert_file = cp.dir.join(format!("{name}.crt"));
         let key_file = cp.dir.join(format!("{name}.key"));
@@ -108,7 +120,14 @@ impl Webhook {
             "{} not found: run `cargo build --workspace --bins` first",
             bin.display()
         );
-        let mut cmd = Command::new(&bin);
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
         cmd.env("KUBECONFIG", &kubeconfig)
             .env(
                 "RUST_LOG",

@@ -1,7 +1,7 @@
 //! The ServiceMapping uniqueness index: (type, subaccountId, serviceId) → names, kept current by the
 //! watch. Admission asks it in O(1) and never copies the mapping list, however many mappings exist.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use cp_api::ServiceMapping;
@@ -11,11 +11,12 @@ use kube::runtime::watcher::Event;
 /// A mapping's identity for uniqueness.
 pub type Key = (MappingType, String, String);
 
-/// Names by key and key by name.
+/// Names by key and key by name. A name is stored once (shared by both maps); a key almost always
+/// has one name, so its names are a small sorted vector, not a tree.
 #[derive(Debug, Default, Clone)]
 pub struct MappingIndex {
-    by_name: HashMap<String, Key>,
-    by_key: HashMap<Key, BTreeSet<String>>,
+    by_name: HashMap<Arc<str>, Key>,
+    by_key: HashMap<Key, Vec<Arc<str>>>,
 }
 
 impl MappingIndex {
@@ -33,13 +34,18 @@ impl MappingIndex {
         let Some(name) = m.metadata.name.as_deref() else {
             return;
         };
-        self.remove(name);
         let key = mapping_key(&m.spec);
-        self.by_key
-            .entry(key.clone())
-            .or_default()
-            .insert(name.to_string());
-        self.by_name.insert(name.to_string(), key);
+        if self.by_name.get(name) == Some(&key) {
+            // Labels, status, finalizers: the key is unchanged.
+            return;
+        }
+        self.remove(name);
+        let name: Arc<str> = Arc::from(name);
+        let names = self.by_key.entry(key.clone()).or_default();
+        if let Err(at) = names.binary_search(&name) {
+            names.insert(at, name.clone());
+        }
+        self.by_name.insert(name, key);
     }
 
     /// Removes one mapping by name.
@@ -47,20 +53,20 @@ impl MappingIndex {
         if let Some(old) = self.by_name.remove(name)
             && let Some(names) = self.by_key.get_mut(&old)
         {
-            names.remove(name);
+            names.retain(|n| &**n != name);
             if names.is_empty() {
                 self.by_key.remove(&old);
             }
         }
     }
 
-    /// Another mapping than `name` with `key`, if any.
+    /// Another mapping than `name` with `key`, if any (the first by name).
     pub fn other_with(&self, key: &Key, name: &str) -> Option<&str> {
         self.by_key
             .get(key)?
             .iter()
-            .find(|n| n.as_str() != name)
-            .map(String::as_str)
+            .find(|n| &***n != name)
+            .map(|n| &**n)
     }
 
     /// How many mappings exist.
@@ -75,7 +81,7 @@ impl MappingIndex {
 
     /// Every mapping's name, sorted (only for a message that lists them).
     pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.by_name.keys().cloned().collect();
+        let mut names: Vec<String> = self.by_name.keys().map(|n| n.to_string()).collect();
         names.sort();
         names
     }

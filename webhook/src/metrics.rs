@@ -1,9 +1,13 @@
 //! Prometheus metrics of the webhook.
 
+use std::sync::OnceLock;
+
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+use crate::admission::{Decision, Endpoint, Operation};
 
 /// Histograms (their series carry suffixes).
 const HISTOGRAMS: [&str; 1] = ["cp_webhook_admission_duration_seconds"];
@@ -25,6 +29,24 @@ pub struct Metrics {
     pub cert_expiry: IntGauge,
     /// `cp_build_info{component,version}`.
     pub build_info: IntGaugeVec,
+    /// The request series resolved once each (no label lookup per request), created on first use.
+    handles: Handles,
+}
+
+/// Request counters by endpoint × operation (or none: undecodable) × decision (or bad request), and
+/// duration histograms by endpoint.
+#[derive(Debug, Default)]
+struct Handles {
+    requests: [[[OnceLock<IntCounter>; 4]; 5]; 3],
+    duration: [OnceLock<Histogram>; 3],
+}
+
+fn endpoint_index(e: Endpoint) -> usize {
+    match e {
+        Endpoint::Mutate => 0,
+        Endpoint::Validate => 1,
+        Endpoint::ValidateServiceMapping => 2,
+    }
 }
 
 impl Metrics {
@@ -91,7 +113,48 @@ impl Metrics {
             cert_reload_failures,
             cert_expiry,
             build_info,
+            handles: Handles::default(),
         })
+    }
+
+    /// Counts one admission request: `operation` is `None` for a body that could not be decoded and
+    /// `decision` is `None` for one answered with HTTP 400.
+    pub fn count(
+        &self,
+        endpoint: Endpoint,
+        operation: Option<Operation>,
+        decision: Option<Decision>,
+    ) {
+        let op = match operation {
+            Some(Operation::Create) => 0,
+            Some(Operation::Update) => 1,
+            Some(Operation::Delete) => 2,
+            Some(Operation::Connect) => 3,
+            None => 4,
+        };
+        let d = match decision {
+            Some(Decision::Allowed) => 0,
+            Some(Decision::Patched) => 1,
+            Some(Decision::Denied) => 2,
+            None => 3,
+        };
+        let e = endpoint_index(endpoint);
+        self.handles.requests[e][op][d]
+            .get_or_init(|| {
+                self.requests.with_label_values(&[
+                    endpoint.as_str(),
+                    operation.map_or("UNKNOWN", Operation::as_str),
+                    decision.map_or("bad_request", Decision::as_str),
+                ])
+            })
+            .inc();
+    }
+
+    /// Records how long an admission request took.
+    pub fn observe(&self, endpoint: Endpoint, elapsed: std::time::Duration) {
+        self.handles.duration[endpoint_index(endpoint)]
+            .get_or_init(|| self.duration.with_label_values(&[endpoint.as_str()]))
+            .observe(elapsed.as_secs_f64());
     }
 
     /// Counts a new serving certificate that could not be loaded, labelled by its error.

@@ -67,12 +67,24 @@ impl AppState {
 
 /// The admission routes (served over TLS).
 pub fn admission_router(state: AppState) -> Router {
+    router_with(state, handle)
+}
+
+/// The admission routes with `handler` answering the three admission endpoints, behind the same
+/// limits (body size, timeout, concurrency). The bench's floor server is this with a handler that
+/// only reads the envelope.
+pub fn router_with<H, F>(state: AppState, handler: H) -> Router
+where
+    H: Fn(Endpoint, State<AppState>, Bytes) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Response> + Send + 'static,
+{
+    let (h1, h2, h3) = (handler.clone(), handler.clone(), handler);
     Router::new()
-        .route("/mutate", post(|s, b| handle(Endpoint::Mutate, s, b)))
-        .route("/validate", post(|s, b| handle(Endpoint::Validate, s, b)))
+        .route("/mutate", post(move |s, b| h1(Endpoint::Mutate, s, b)))
+        .route("/validate", post(move |s, b| h2(Endpoint::Validate, s, b)))
         .route(
             "/validate-servicemapping",
-            post(|s, b| handle(Endpoint::ValidateServiceMapping, s, b)),
+            post(move |s, b| h3(Endpoint::ValidateServiceMapping, s, b)),
         )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -130,45 +142,60 @@ async fn handle(endpoint: Endpoint, State(state): State<AppState>, body: Bytes) 
     let req = match admission::decode(&body) {
         Ok(r) => r,
         Err(e) => {
-            state
-                .metrics
-                .requests
-                .with_label_values(&[endpoint.as_str(), "UNKNOWN", "bad_request"])
-                .inc();
+            state.metrics.count(endpoint, None, None);
             tracing::warn!(endpoint = endpoint.as_str(), error = %e, "bad admission request");
             return (StatusCode::BAD_REQUEST, e.to_string()).into_response();
         }
     };
     let facts = || state.caches.as_ref().map(Caches::facts).unwrap_or_default();
     let (resp, decision) = admission::review(endpoint, &req, &state.policy.current(), &facts);
-    let op = format!("{:?}", req.operation).to_uppercase();
     state
         .metrics
-        .requests
-        .with_label_values(&[endpoint.as_str(), &op, decision.as_str()])
-        .inc();
-    state
-        .metrics
-        .duration
-        .with_label_values(&[endpoint.as_str()])
-        .observe(start.elapsed().as_secs_f64());
-    tracing::info!(
-        endpoint = endpoint.as_str(),
-        uid = %req.uid,
-        user = req.user_info.username.as_deref().unwrap_or(""),
-        operation = %op,
-        namespace = req.namespace.as_deref().unwrap_or(""),
-        name = %req.name,
-        decision = decision.as_str(),
-        reason = %resp.result.message,
-        "admission decision"
-    );
+        .count(endpoint, Some(req.operation), Some(decision));
+    state.metrics.observe(endpoint, start.elapsed());
+    // A denial is news for whoever runs the cluster; an admitted request is routine (the API server's
+    // audit log has every one) and is logged at debug.
+    if decision == admission::Decision::Denied {
+        log_decision(tracing::Level::INFO, endpoint, &req, &resp, decision);
+    } else if tracing::enabled!(tracing::Level::DEBUG) {
+        log_decision(tracing::Level::DEBUG, endpoint, &req, &resp, decision);
+    }
     match admission::encode_response(resp) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "encoding the admission response failed");
             (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
         }
+    }
+}
+
+fn log_decision(
+    level: tracing::Level,
+    endpoint: Endpoint,
+    req: &admission::Request,
+    resp: &admission::Response,
+    decision: admission::Decision,
+) {
+    macro_rules! at {
+        ($lvl:expr) => {
+            tracing::event!(
+                $lvl,
+                endpoint = endpoint.as_str(),
+                uid = %req.uid,
+                user = req.user_info.username.as_deref().unwrap_or(""),
+                operation = req.operation.as_str(),
+                namespace = req.namespace.as_deref().unwrap_or(""),
+                name = %req.name,
+                decision = decision.as_str(),
+                reason = %resp.result.message,
+                "admission decision"
+            )
+        };
+    }
+    if level == tracing::Level::INFO {
+        at!(tracing::Level::INFO);
+    } else {
+        at!(tracing::Level::DEBUG);
     }
 }
 

@@ -28,63 +28,6 @@ func decodeJSON(raw []byte) (any, error) {
 	return v, nil
 }
 
-// deepCopy copies a decoded JSON value.
-func deepCopy(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		m := make(map[string]any, len(t))
-		for k, e := range t {
-			m[k] = deepCopy(e)
-		}
-		return m
-	case []any:
-		s := make([]any, len(t))
-		for i, e := range t {
-			s[i] = deepCopy(e)
-		}
-		return s
-	default:
-		return v
-	}
-}
-
-// fillMissing sets every key of defaults that current lacks (or holds null) and recurses into
-// objects present on both sides; existing values are kept. Reports whether anything changed.
-// Mirrors shared/src/defaults.rs fill_missing.
-func fillMissing(current, defaults any) bool {
-	cur, ok1 := current.(map[string]any)
-	def, ok2 := defaults.(map[string]any)
-	if !ok1 || !ok2 {
-		return false
-	}
-	changed := false
-	for k, dv := range def {
-		cv, present := cur[k]
-		if !present || cv == nil {
-			cur[k] = deepCopy(dv)
-			changed = true
-			continue
-		}
-		if fillMissing(cv, dv) {
-			changed = true
-		}
-	}
-	return changed
-}
-
-// deploymentOf returns spec.deployment of a decoded object, or nil when absent.
-func deploymentOf(obj any) any {
-	m, ok := obj.(map[string]any)
-	if !ok {
-		return nil
-	}
-	spec, ok := m["spec"].(map[string]any)
-	if !ok {
-		return nil
-	}
-	return spec["deployment"]
-}
-
 // changedPaths lists, sorted, the dotted paths of the deepest fields whose values differ
 // between old and new (both spec.deployment values, nil when absent). A missing key counts as
 // null. Mirrors shared/src/policy.rs changed_paths.

@@ -1,19 +1,154 @@
 //! Admission decisions as pure functions of the request and the cluster facts the webhook caches.
 //!
-//! The HTTP layer decodes bytes into [`Review`] and encodes the response; everything here is
-//! synchronous and testable without a server.
+//! The HTTP layer decodes bytes into [`Request`] and encodes the [`Response`]; everything here is
+//! synchronous and testable without a server. Decoding reads only what the decisions use (the
+//! envelope, the user, each object's `spec` and two metadata fields); the rest of an object is
+//! skipped while parsing, never built. The common defaulting patch is encoded once per process.
+
+use std::borrow::Cow;
+use std::sync::LazyLock;
 
 use cp_api::policy::{PrivilegedIdentities, changed_paths};
 use cp_api::validation::{ClusterFacts, FieldError, join, unknown_fields, validate_mapping};
 use cp_api::{ConnectivityProxySpec, ServiceMappingSpec, defaults, names};
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use kube::core::response::StatusSummary;
 use serde::Deserialize;
 use serde_json::Value;
 
-/// The request of a decoded AdmissionReview.
-pub type Request = AdmissionRequest<DynamicObject>;
+/// The request of an AdmissionReview, with the fields the decisions read.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Request {
+    /// Copied into the answer.
+    pub uid: String,
+    /// The object's kind.
+    pub kind: Kind,
+    /// The object's name (empty on a CREATE with `generateName`).
+    #[serde(default)]
+    pub name: String,
+    /// The object's namespace.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// CREATE, UPDATE, DELETE or CONNECT.
+    pub operation: Operation,
+    /// Who sent the request.
+    #[serde(default)]
+    pub user_info: UserInfo,
+    /// The object as it would be stored.
+    #[serde(default)]
+    pub object: Option<Object>,
+    /// The stored object (UPDATE, DELETE).
+    #[serde(default)]
+    pub old_object: Option<Object>,
+}
+
+/// Group and kind of the object under review.
+#[derive(Debug, Default, Deserialize)]
+pub struct Kind {
+    /// API group.
+    #[serde(default)]
+    pub group: String,
+    /// Kind.
+    #[serde(default)]
+    pub kind: String,
+}
+
+/// The requesting user.
+#[derive(Debug, Default, Deserialize)]
+pub struct UserInfo {
+    /// User name.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Groups.
+    #[serde(default)]
+    pub groups: Option<Vec<String>>,
+}
+
+/// An object under review: its `spec` and the metadata the rules read.
+#[derive(Debug, Default, Deserialize)]
+pub struct Object {
+    /// Name and deletion timestamp.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The spec, as sent.
+    #[serde(default)]
+    pub spec: Option<Value>,
+}
+
+/// The metadata the rules read.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    /// `metadata.name`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `metadata.deletionTimestamp`: set while the object is being deleted.
+    #[serde(default)]
+    pub deletion_timestamp: Option<String>,
+}
+
+/// An admission operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Operation {
+    /// CREATE.
+    Create,
+    /// UPDATE.
+    Update,
+    /// DELETE.
+    Delete,
+    /// CONNECT.
+    Connect,
+}
+
+impl Operation {
+    /// Label value for metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
+}
+
+/// The answer to one request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Response {
+    /// The request's uid.
+    pub uid: String,
+    /// Whether the request is admitted.
+    pub allowed: bool,
+    /// Why not (empty when allowed).
+    pub result: Outcome,
+    /// The JSON patch, base64-encoded as the API defines a `[]byte` (shared when it is the release's
+    /// defaulting patch).
+    pub patch: Option<Cow<'static, str>>,
+    /// Warnings shown to the client.
+    pub warnings: Option<Vec<String>>,
+}
+
+/// The status of a denial.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// HTTP-like code (400, 403, 422, 500).
+    pub code: u16,
+    /// `BadRequest`, `Forbidden`, `Invalid`, `InternalError`.
+    pub reason: &'static str,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl Response {
+    /// The JSON patch bytes (tests, logs).
+    pub fn patch_bytes(&self) -> Option<Vec<u8>> {
+        use base64::Engine;
+        let p = self.patch.as_ref()?;
+        base64::engine::general_purpose::STANDARD
+            .decode(p.as_bytes())
+            .ok()
+    }
+}
 
 /// Which endpoint a request arrived on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,14 +224,24 @@ pub enum DecodeError {
 
 /// Decodes an AdmissionReview body.
 pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
-    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
-    if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Review {
+        #[serde(default)]
+        api_version: String,
+        #[serde(default)]
+        kind: String,
+        #[serde(default)]
+        request: Option<Request>,
+    }
+    let review: Review = serde_json::from_slice(body)?;
+    if review.api_version != "admission.k8s.io/v1" || review.kind != "AdmissionReview" {
         return Err(DecodeError::WrongType {
-            api_version: review.types.api_version,
-            kind: review.types.kind,
+            api_version: review.api_version,
+            kind: review.kind,
         });
     }
-    review.try_into().map_err(|_| DecodeError::NoRequest)
+    review.request.ok_or(DecodeError::NoRequest)
 }
 
 /// What the webhook knows about the cluster when it decides.
@@ -121,8 +266,12 @@ pub fn review(
     req: &Request,
     policy: &Policy,
     facts: &dyn Fn() -> Facts,
-) -> (AdmissionResponse, Decision) {
-    let resp = AdmissionResponse::from(req);
+) -> (Response, Decision) {
+    let resp = Response {
+        uid: req.uid.clone(),
+        allowed: true,
+        ..Response::default()
+    };
     if req.kind.kind != endpoint.expected_kind() || req.kind.group != names::GROUP {
         let msg = format!(
             "this endpoint admits {}.{}, not {}.{}; check the webhook configuration's rules",
@@ -138,8 +287,12 @@ pub fn review(
     }
     let result = match endpoint {
         Endpoint::Mutate => mutate(req).map(|patch| match patch {
-            Some(p) => match resp.clone().with_patch(p) {
-                Ok(r) => (r, Decision::Patched),
+            Some(p) => match p.base64() {
+                Ok(b64) => {
+                    let mut resp = resp.clone();
+                    resp.patch = Some(b64);
+                    (resp, Decision::Patched)
+                }
                 Err(e) => (
                     deny(resp.clone(), 500, "InternalError", e.to_string()),
                     Decision::Denied,
@@ -167,17 +320,14 @@ pub fn review(
 
 type Denial = (u16, &'static str, String);
 
-fn deny(
-    mut resp: AdmissionResponse,
-    code: u16,
-    reason: &str,
-    message: String,
-) -> AdmissionResponse {
+fn deny(mut resp: Response, code: u16, reason: &'static str, message: String) -> Response {
     resp.allowed = false;
-    resp.result.status = Some(StatusSummary::Failure);
-    resp.result.code = code;
-    resp.result.reason = reason.into();
-    resp.result.message = message;
+    resp.patch = None;
+    resp.result = Outcome {
+        code,
+        reason,
+        message,
+    };
     resp
 }
 
@@ -186,7 +336,7 @@ fn invalid(message: String) -> Denial {
 }
 
 /// The object's `spec`, borrowed from the request (no copy).
-fn spec_json<'a>(obj: Option<&'a DynamicObject>, which: &str) -> Result<&'a Value, Denial> {
+fn spec_json<'a>(obj: Option<&'a Object>, which: &str) -> Result<&'a Value, Denial> {
     let obj = obj.ok_or_else(|| {
         (
             400,
@@ -194,8 +344,8 @@ fn spec_json<'a>(obj: Option<&'a DynamicObject>, which: &str) -> Result<&'a Valu
             format!("AdmissionRequest has no {which}"),
         )
     })?;
-    obj.data
-        .get("spec")
+    obj.spec
+        .as_ref()
         .filter(|s| s.is_object())
         .ok_or_else(|| invalid(format!("{which} has no spec")))
 }
@@ -219,39 +369,92 @@ fn typed_spec<S: serde::de::DeserializeOwned + serde::Serialize>(
     Ok(parsed)
 }
 
-/// The JSON patch that fills missing `spec.deployment` fields with this release's defaults, or
-/// `None` when nothing is missing (an already-defaulted object gets no patch).
-pub fn mutate(req: &Request) -> Result<Option<json_patch::Patch>, Denial> {
-    use json_patch::jsonptr::PointerBuf;
-    use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
+/// What `/mutate` does to a ConnectivityProxy that lacks some `spec.deployment` fields.
+#[derive(Debug)]
+pub enum Defaulting {
+    /// `spec.deployment` is absent (the usual create): add the whole defaults.
+    Add,
+    /// `spec.deployment` is null: replace it with the whole defaults.
+    Replace,
+    /// Some fields are missing: this patch fills them.
+    Fill(json_patch::Patch),
+}
+
+/// The JSON patch of `op` with the whole defaults at `/spec/deployment`, base64-encoded.
+fn whole_defaults_patch(op: &str) -> Result<String, serde_json::Error> {
+    use base64::Engine;
+    let patch = serde_json::to_vec(&[serde_json::json!({
+        "op": op,
+        "path": "/spec/deployment",
+        "value": defaults::deployment_defaults_value(),
+    })])?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(patch))
+}
+
+/// The two whole-defaults patches, encoded once per process (they depend only on the release).
+static ADD_DEFAULTS: LazyLock<Result<String, String>> =
+    LazyLock::new(|| whole_defaults_patch("add").map_err(|e| e.to_string()));
+static REPLACE_DEFAULTS: LazyLock<Result<String, String>> =
+    LazyLock::new(|| whole_defaults_patch("replace").map_err(|e| e.to_string()));
+
+impl Defaulting {
+    /// The JSON patch.
+    pub fn patch(&self) -> json_patch::Patch {
+        use json_patch::jsonptr::PointerBuf;
+        use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
+        let path = PointerBuf::from_tokens(["spec", "deployment"]);
+        let value = defaults::deployment_defaults_json();
+        match self {
+            Defaulting::Add => {
+                json_patch::Patch(vec![PatchOperation::Add(AddOperation { path, value })])
+            }
+            Defaulting::Replace => {
+                json_patch::Patch(vec![PatchOperation::Replace(ReplaceOperation {
+                    path,
+                    value,
+                })])
+            }
+            Defaulting::Fill(p) => p.clone(),
+        }
+    }
+
+    /// The JSON patch base64-encoded for the answer; the whole-defaults patches are shared.
+    pub fn base64(&self) -> Result<Cow<'static, str>, String> {
+        use base64::Engine;
+        match self {
+            Defaulting::Add => ADD_DEFAULTS
+                .as_deref()
+                .map(Cow::Borrowed)
+                .map_err(Clone::clone),
+            Defaulting::Replace => REPLACE_DEFAULTS
+                .as_deref()
+                .map(Cow::Borrowed)
+                .map_err(Clone::clone),
+            Defaulting::Fill(p) => serde_json::to_vec(p)
+                .map(|b| Cow::Owned(base64::engine::general_purpose::STANDARD.encode(b)))
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// How to fill missing `spec.deployment` fields with this release's defaults, or `None` when
+/// nothing is missing (an already-defaulted object gets no patch).
+pub fn mutate(req: &Request) -> Result<Option<Defaulting>, Denial> {
     let spec = spec_json(req.object.as_ref(), "object")?;
-    let defaults = defaults::deployment_defaults_value();
-    let path = || PointerBuf::from_tokens(["spec", "deployment"]);
     match spec.get("deployment") {
-        // The usual create: one operation with the whole defaults, no diffing.
-        None => Ok(Some(json_patch::Patch(vec![PatchOperation::Add(
-            AddOperation {
-                path: path(),
-                value: defaults.clone(),
-            },
-        )]))),
-        Some(Value::Null) => Ok(Some(json_patch::Patch(vec![PatchOperation::Replace(
-            ReplaceOperation {
-                path: path(),
-                value: defaults.clone(),
-            },
-        )]))),
+        None => Ok(Some(Defaulting::Add)),
+        Some(Value::Null) => Ok(Some(Defaulting::Replace)),
         Some(current) => {
             let mut filled = current.clone();
-            if !defaults::fill_missing(&mut filled, defaults) {
+            if !defaults::fill_missing(&mut filled, defaults::deployment_defaults_value()) {
                 // The usual update: everything is set already.
                 return Ok(None);
             }
             let wrap = |d: Value| serde_json::json!({"spec": {"deployment": d}});
-            Ok(Some(json_patch::diff(
+            Ok(Some(Defaulting::Fill(json_patch::diff(
                 &wrap(current.clone()),
                 &wrap(filled),
-            )))
+            ))))
         }
     }
 }
@@ -269,7 +472,7 @@ fn metadata_only_or_deleting(req: &Request, new_spec: &Value) -> Result<bool, De
         .object
         .as_ref()
         .is_some_and(|o| o.metadata.deletion_timestamp.is_some());
-    let old_spec = req.old_object.as_ref().and_then(|o| o.data.get("spec"));
+    let old_spec = req.old_object.as_ref().and_then(|o| o.spec.as_ref());
     Ok(deleting || old_spec == Some(new_spec))
 }
 
@@ -280,9 +483,9 @@ fn protected_fields(
     old_json: Option<&Value>,
     new_json: &Value,
 ) -> Result<(), Denial> {
-    let user = req.user_info.username.clone().unwrap_or_default();
-    let groups = req.user_info.groups.clone().unwrap_or_default();
-    if policy.privileged.allows(&user, &groups) {
+    let user = req.user_info.username.as_deref().unwrap_or_default();
+    let groups = req.user_info.groups.as_deref().unwrap_or_default();
+    if policy.privileged.allows(user, groups) {
         return Ok(());
     }
     let before = match old_json {
@@ -328,7 +531,7 @@ pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<Vec<
         return protected_fields(
             req,
             policy,
-            req.old_object.as_ref().and_then(|o| o.data.get("spec")),
+            req.old_object.as_ref().and_then(|o| o.spec.as_ref()),
             new_json,
         )
         .map(|()| vec![]);
@@ -408,40 +611,57 @@ pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
 #[cfg(test)]
 mod tests;
 
-/// The AdmissionReview answer as JSON, with the patch base64-encoded as the API defines a `[]byte`.
-/// (kube-core writes `patch` as an array of numbers: the API server accepts that, but it is about four
-/// times larger on the wire and to encode.)
-pub fn encode_response(mut resp: AdmissionResponse) -> Result<Vec<u8>, serde_json::Error> {
-    use base64::Engine;
+/// The AdmissionReview answer as JSON.
+pub fn encode_response(resp: Response) -> Result<Vec<u8>, serde_json::Error> {
     #[derive(serde::Serialize)]
     #[serde(rename_all = "camelCase")]
     struct Review<'a> {
-        api_version: &'a str,
-        kind: &'a str,
-        response: Response<'a>,
+        api_version: &'static str,
+        kind: &'static str,
+        response: Answer<'a>,
     }
     #[derive(serde::Serialize)]
-    struct Response<'a> {
-        #[serde(flatten)]
-        inner: &'a AdmissionResponse,
+    #[serde(rename_all = "camelCase")]
+    struct Answer<'a> {
+        uid: &'a str,
+        allowed: bool,
         #[serde(skip_serializing_if = "Option::is_none")]
-        patch: Option<String>,
+        status: Option<Status<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        patch_type: Option<&'static str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        patch: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        warnings: Option<&'a [String]>,
     }
-    let patch = resp
-        .patch
-        .take()
-        .map(|p| base64::engine::general_purpose::STANDARD.encode(p));
-    let api_version = if resp.types.api_version.is_empty() {
-        "admission.k8s.io/v1".to_string()
-    } else {
-        resp.types.api_version.clone()
-    };
-    serde_json::to_vec(&Review {
-        api_version: &api_version,
-        kind: "AdmissionReview",
-        response: Response {
-            inner: &resp,
-            patch,
+    #[derive(serde::Serialize)]
+    struct Status<'a> {
+        status: &'static str,
+        code: u16,
+        reason: &'a str,
+        message: &'a str,
+    }
+    let patch = resp.patch.as_deref();
+    let mut out = Vec::with_capacity(160 + patch.map_or(0, str::len));
+    serde_json::to_writer(
+        &mut out,
+        &Review {
+            api_version: "admission.k8s.io/v1",
+            kind: "AdmissionReview",
+            response: Answer {
+                uid: &resp.uid,
+                allowed: resp.allowed,
+                status: (!resp.allowed).then_some(Status {
+                    status: "Failure",
+                    code: resp.result.code,
+                    reason: resp.result.reason,
+                    message: &resp.result.message,
+                }),
+                patch_type: patch.map(|_| "JSONPatch"),
+                patch,
+                warnings: resp.warnings.as_deref(),
+            },
         },
-    })
+    )?;
+    Ok(out)
 }

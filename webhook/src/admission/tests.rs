@@ -59,7 +59,7 @@ fn policy() -> Policy {
     }
 }
 
-fn run(endpoint: Endpoint, body: &[u8], facts: Facts) -> (AdmissionResponse, Decision) {
+fn run(endpoint: Endpoint, body: &[u8], facts: Facts) -> (Response, Decision) {
     let req = decode(body).expect("decodes");
     review(endpoint, &req, &policy(), &|| facts.clone())
 }
@@ -70,7 +70,7 @@ fn mutate_injects_complete_defaults_on_create() {
     let req = decode(&body).expect("decode");
     let patch = mutate(&req).expect("ok").expect("a patch");
     let mut obj = default_cr();
-    json_patch::patch(&mut obj, &patch).expect("patch applies");
+    json_patch::patch(&mut obj, &patch.patch()).expect("patch applies");
     assert_eq!(
         obj["spec"]["deployment"],
         defaults::deployment_defaults_json()
@@ -111,7 +111,7 @@ fn mutate_is_idempotent_and_fills_only_missing() {
     let patch = mutate(&decode(&body).expect("decode"))
         .expect("ok")
         .expect("patch");
-    json_patch::patch(&mut partial, &patch).expect("applies");
+    json_patch::patch(&mut partial, &patch.patch()).expect("applies");
     assert_eq!(
         partial["spec"]["deployment"]["replicaCount"], 3,
         "existing value kept"
@@ -319,16 +319,19 @@ fn bad_input_is_rejected_without_panic() {
 }
 
 #[test]
-fn the_answer_carries_the_patch_base64_encoded_and_everything_else_as_kube_writes_it() {
+fn the_answer_is_an_admission_review_with_a_single_operation_base64_patch() {
     use base64::Engine;
     let body = review_body("ConnectivityProxy", "CREATE", "alice", default_cr(), None);
     let (resp, _) = run(Endpoint::Mutate, &body, Facts::default());
-    let raw_patch = resp.patch.clone().expect("a patch");
+    let raw_patch = resp.patch_bytes().expect("a patch");
     let ours: Value =
         serde_json::from_slice(&encode_response(resp.clone()).expect("encodes")).expect("json");
-    let kubes = serde_json::to_value(resp.into_review()).expect("json");
     assert_eq!(ours["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(ours["kind"], "AdmissionReview");
+    assert_eq!(ours["response"]["uid"], "uid-1");
+    assert_eq!(ours["response"]["allowed"], true);
+    assert_eq!(ours["response"]["patchType"], "JSONPatch");
+    assert!(ours["response"].get("status").is_none(), "{ours}");
     let encoded = ours["response"]["patch"].as_str().expect("a base64 string");
     assert_eq!(
         base64::engine::general_purpose::STANDARD
@@ -336,14 +339,63 @@ fn the_answer_carries_the_patch_base64_encoded_and_everything_else_as_kube_write
             .expect("base64"),
         raw_patch
     );
-    let strip = |mut v: Value| {
-        v["response"]
-            .as_object_mut()
-            .expect("response")
-            .remove("patch");
-        v
-    };
-    assert_eq!(strip(ours), strip(kubes));
+    let patch: Value = serde_json::from_slice(&raw_patch).expect("a JSON patch");
+    assert_eq!(
+        patch,
+        json!([{"op": "add", "path": "/spec/deployment", "value": defaults::deployment_defaults_json()}])
+    );
+    // The shared, precomputed patch is the one the pure function describes.
+    let computed = serde_json::to_value(
+        mutate(&decode(&body).expect("decode"))
+            .expect("ok")
+            .expect("patch")
+            .patch(),
+    )
+    .expect("json");
+    assert_eq!(patch, computed);
+    // A denial carries a Failure status with code, reason and message, and no patch.
+    let mut new = defaulted_cr();
+    new["spec"]["deployment"]["replicaCount"] = json!(5);
+    let body = review_body(
+        "ConnectivityProxy",
+        "UPDATE",
+        "alice",
+        new,
+        Some(defaulted_cr()),
+    );
+    let (resp, d) = run(Endpoint::Validate, &body, Facts::default());
+    assert_eq!(d, Decision::Denied);
+    let ours: Value =
+        serde_json::from_slice(&encode_response(resp).expect("encodes")).expect("json");
+    assert_eq!(ours["response"]["allowed"], false);
+    assert_eq!(ours["response"]["status"]["status"], "Failure");
+    assert_eq!(ours["response"]["status"]["code"], 403);
+    assert_eq!(ours["response"]["status"]["reason"], "Forbidden");
+    assert!(ours["response"].get("patch").is_none());
+}
+
+#[test]
+fn decoding_skips_what_the_rules_do_not_read_and_refuses_what_is_not_a_review() {
+    let mut cr = defaulted_cr();
+    cr["metadata"]["managedFields"] = json!([{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]);
+    cr["status"] = json!({"state": "Ready", "anything": [1, 2, {"x": null}]});
+    let body = review_body("ConnectivityProxy", "CREATE", "alice", cr, None);
+    let req = decode(&body).expect("decodes");
+    assert_eq!(req.operation, Operation::Create);
+    assert_eq!(
+        req.object.as_ref().and_then(|o| o.metadata.name.as_deref()),
+        Some("connectivity-proxy")
+    );
+    assert!(req.object.as_ref().and_then(|o| o.spec.as_ref()).is_some());
+    assert!(matches!(
+        decode(b"{\"apiVersion\":\"v1\",\"kind\":\"Pod\"}"),
+        Err(DecodeError::WrongType { .. })
+    ));
+    assert!(matches!(
+        decode(b"{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\"}"),
+        Err(DecodeError::NoRequest)
+    ));
+    assert!(matches!(decode(b"not json"), Err(DecodeError::Json(_))));
 }
 
 /// A CR stored before a rule existed: dedicated tenant mode without a subaccount id.

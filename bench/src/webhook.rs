@@ -1,0 +1,804 @@
+//! The webhook benchmarks: `cp-webhook` against the floor (the same server stack answering a
+//! precomputed review after reading only the envelope) and a controller-runtime peer in Go doing the
+//! same work, each alone on its own core while the load generator runs on the other.
+//!
+//! Method, as written into BENCHMARKS.md: every server is started pinned to CPU 1 (`taskset`), so
+//! tokio and the Go runtime size themselves to one core; the bench pins itself (the load generator)
+//! to CPU 0. During a run only the server under test is running: the other two, etcd, the API
+//! server and the controller manager are stopped (SIGSTOP) and resumed afterwards. Each cell is run
+//! `REPEATS` times, the repeats interleaved (every cell once, then again), and reported as median and
+//! range. Server CPU per request is the server's utime + stime over the measured window divided by
+//! the requests answered in it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::Context;
+use bytes::Bytes;
+use cp_tests::ControlPlane;
+use cp_tests::cluster::Options;
+use cp_tests::webhook::Webhook;
+use serde_json::json;
+
+use crate::load::{self, Mode, Stats, Target};
+use crate::reviews;
+
+/// Repeats of every cell in a full run.
+pub const REPEATS: usize = 5;
+/// ServiceMappings in the cluster (and in the webhook's uniqueness index) during the runs.
+pub const MAPPINGS: usize = 10_000;
+/// Open-loop rates, requests per second.
+pub const RATES: [u32; 2] = [500, 2_000];
+/// The load generator's CPU and the server's.
+const CLIENT_CPU: &str = "0";
+const SERVER_CPU: &str = "1";
+
+/// One server under test.
+struct Server {
+    name: &'static str,
+    addr: String,
+    pid: u32,
+}
+
+const FLOOR: usize = 0;
+const OURS: usize = 1;
+const GO: usize = 2;
+
+/// One measured combination of request, load and servers.
+struct Cell {
+    path: &'static str,
+    body: Bytes,
+    mode: Mode,
+    servers: Vec<usize>,
+    /// Run inside the Deployment's CPU limit.
+    limited: bool,
+}
+
+/// Everything the section measured, for rendering.
+pub struct Results {
+    cells: Vec<Cell>,
+    names: Vec<&'static str>,
+    runs: BTreeMap<(usize, usize), Vec<Stats>>,
+    repeats: usize,
+    measure: Duration,
+    open_measure: Duration,
+    pinned: bool,
+    limit: Result<u32, String>,
+    mappings: usize,
+    bodies: Vec<(&'static str, usize)>,
+    rss: Option<Memory>,
+    profile: Result<String, String>,
+    gogc: String,
+}
+
+/// The webhook's memory with the mappings cached, after the runs, KiB.
+struct Memory {
+    anon: u64,
+    rss: u64,
+    hwm: u64,
+}
+
+/// Sends `sig` to `pid`.
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status();
+}
+
+/// Stops processes for the time it lives; resumes them when dropped (also on an error).
+struct Paused(Vec<u32>);
+
+impl Paused {
+    fn new(pids: Vec<u32>) -> Self {
+        for &p in &pids {
+            signal(p, "STOP");
+        }
+        Self(pids)
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        for &p in &self.0 {
+            signal(p, "CONT");
+        }
+    }
+}
+
+/// Pins every thread of this process to `cpus`.
+fn pin_self(cpus: &str) -> anyhow::Result<()> {
+    let status = Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &std::process::id().to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .context("taskset")?;
+    anyhow::ensure!(status.success(), "taskset -p failed: {status}");
+    Ok(())
+}
+
+/// The CPU limit of the webhook Deployment, in millicores, read from its manifest.
+fn deployment_cpu_limit() -> anyhow::Result<u32> {
+    let file = cp_tests::workspace_root().join("manifests/webhook/deployment.yaml");
+    let text = std::fs::read_to_string(&file)?;
+    let docs = cp_tests::manifest::parse_documents(&text)?;
+    let limit = docs
+        .iter()
+        .find_map(|d| {
+            d.data
+                .pointer("/spec/template/spec/containers/0/resources/limits/cpu")
+                .and_then(|v| v.as_str())
+                .map(String::from)
+        })
+        .with_context(|| format!("{}: no CPU limit", file.display()))?;
+    match limit.strip_suffix('m') {
+        Some(m) => Ok(m.parse()?),
+        None => Ok((limit.parse::<f64>()? * 1000.0) as u32),
+    }
+}
+
+/// A cgroup (v1 `cpu` controller) with a CFS quota: the Deployment's CPU limit as the kubelet sets
+/// it. Processes are moved in for a run and back out after it.
+struct CpuLimit {
+    dir: PathBuf,
+}
+
+const CGROUP_CPU: &str = "/sys/fs/cgroup/cpu";
+
+impl CpuLimit {
+    fn new(millicores: u32) -> anyhow::Result<Self> {
+        let dir = PathBuf::from(CGROUP_CPU).join(format!("cp-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let limit = Self { dir };
+        std::fs::write(limit.dir.join("cpu.cfs_period_us"), "100000")?;
+        std::fs::write(
+            limit.dir.join("cpu.cfs_quota_us"),
+            (u64::from(millicores) * 100).to_string(),
+        )?;
+        Ok(limit)
+    }
+
+    fn enter(&self, pid: u32) -> anyhow::Result<()> {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string())
+            .with_context(|| format!("moving {pid} into {}", self.dir.display()))
+    }
+
+    fn leave(&self, pid: u32) -> anyhow::Result<()> {
+        std::fs::write(
+            PathBuf::from(CGROUP_CPU).join("cgroup.procs"),
+            pid.to_string(),
+        )
+        .with_context(|| format!("moving {pid} out of {}", self.dir.display()))
+    }
+}
+
+impl Drop for CpuLimit {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+fn go_peer() -> PathBuf {
+    std::env::var_os("CP_GO_PEER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/cp-operator/bench/go-webhook")
+        })
+}
+
+async fn answer(target: &Target, what: &str) -> anyhow::Result<serde_json::Value> {
+    let body = cp_tests::wait::until(
+        &format!("{what} to answer 200"),
+        Duration::from_secs(30),
+        || async {
+            match load::probe(target).await {
+                Ok((true, body)) => Ok(Some(body)),
+                Ok((false, body)) => Err(format!("non-200: {}", String::from_utf8_lossy(&body))),
+                Err(e) => Err(format!("{e:#}")),
+            }
+        },
+    )
+    .await?;
+    serde_json::from_slice(&body).with_context(|| format!("{what}: answer is not JSON"))
+}
+
+/// The webhook's anonymous and resident memory, KiB.
+fn memory(pid: u32) -> anyhow::Result<Memory> {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path)?;
+    let field = |key: &str| -> anyhow::Result<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("no {key} in {path}"))
+    };
+    Ok(Memory {
+        anon: field("RssAnon:")?,
+        rss: field("VmRSS:")?,
+        hwm: field("VmHWM:")?,
+    })
+}
+
+/// A CPU profile of the Go peer under `/validate` load (`go tool pprof -top`).
+async fn go_profile(
+    pprof_addr: &str,
+    target: &Target,
+    pid: u32,
+    dir: &std::path::Path,
+) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let load = {
+        let target = target.clone();
+        tokio::spawn(async move {
+            load::run(
+                &target,
+                Mode::Closed(16),
+                Duration::from_millis(200),
+                Duration::from_secs(3),
+                pid,
+            )
+            .await
+        })
+    };
+    let mut s = tokio::net::TcpStream::connect(pprof_addr).await?;
+    s.write_all(b"GET /debug/pprof/profile?seconds=2 HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .await?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await?;
+    load.await??;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("pprof: no HTTP header end")?;
+    anyhow::ensure!(
+        raw.starts_with(b"HTTP/1.0 200") || raw.starts_with(b"HTTP/1.1 200"),
+        "pprof answered {}",
+        String::from_utf8_lossy(&raw[..split.min(80)])
+    );
+    let file = dir.join("go-webhook.pprof");
+    std::fs::write(&file, &raw[split + 4..])?;
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-top", "-nodecount=15"])
+        .arg(go_peer())
+        .arg(&file)
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .context("go tool pprof")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "go tool pprof: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs the whole section.
+pub async fn run(quick: bool) -> anyhow::Result<Results> {
+    let cp = tokio::task::spawn_blocking(|| ControlPlane::start(Options::default())).await??;
+    let admin = cp.admin().await?;
+    for crd in [
+        "connectivityproxies.connectivityproxy.sap.com",
+        "servicemappings.connectivityproxy.sap.com",
+    ] {
+        let file = cp_tests::workspace_root().join(format!("manifests/crds/{crd}.yaml"));
+        cp_tests::manifest::apply_file(&admin, &file, None).await?;
+    }
+    // The mappings exist before the webhook starts (no admission for them: it is not registered);
+    // its readiness waits for the first complete listing in its index.
+    let mappings = if quick { 2_000 } else { MAPPINGS };
+    let all = (1..=mappings)
+        .map(|i| {
+            let name = format!("m-{i:05}");
+            cp_tests::fixtures::service_mapping(
+                &name,
+                json!({"type": "TCP", "serviceId": name, "internalAddress": "h:80"}),
+            )
+        })
+        .collect();
+    crate::controller::create_mappings(&admin, all).await?;
+
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let pinned = cores >= 2;
+    let wrap: Vec<&str> = if pinned {
+        vec!["taskset", "-c", SERVER_CPU]
+    } else {
+        vec![]
+    };
+    let rust = Webhook::start_wrapped(&cp, "cp-webhook", &[], &wrap).await?;
+    let ca_pem = rust
+        .ca
+        .as_ref()
+        .context("the harness webhook has its own CA")?
+        .cert_pem
+        .clone();
+    let cert = rust.cert_file.display().to_string();
+    let key = rust.key_file.display().to_string();
+    let floor_port = cp_tests::cluster::free_port()?;
+    let floor_addr = format!("127.0.0.1:{floor_port}");
+    let mut floor = Command::new(wrap.first().copied().unwrap_or("env"));
+    floor
+        .args(wrap.iter().skip(1))
+        .arg(std::env::current_exe()?)
+        .args(["floor", &floor_addr, &cert, &key]);
+    cp.spawn_process("floor", &mut floor)?;
+    let go_port = cp_tests::cluster::free_port()?;
+    let pprof_addr = format!("127.0.0.1:{}", cp_tests::cluster::free_port()?);
+    let defaults = cp.dir.join("defaults.json");
+    std::fs::write(
+        &defaults,
+        serde_json::to_vec(cp_api::defaults::deployment_defaults_value())?,
+    )?;
+    let go_bin = go_peer();
+    anyhow::ensure!(
+        go_bin.exists(),
+        "{} missing: run `bash hack/build-go-peer.sh`",
+        go_bin.display()
+    );
+    let mut go = Command::new(wrap.first().copied().unwrap_or("env"));
+    go.args(wrap.iter().skip(1)).arg(&go_bin).args([
+        format!("--addr=127.0.0.1:{go_port}"),
+        format!("--tls-cert-file={cert}"),
+        format!("--tls-key-file={key}"),
+        format!("--defaults-file={}", defaults.display()),
+        "--privileged-users=system:serviceaccount:kyma-system:connectivity-proxy-controller".into(),
+        "--privileged-groups=system:masters".into(),
+        // Production settings: info level, JSON lines (as cp-webhook logs).
+        "--zap-log-level=info".into(),
+        "--zap-encoder=json".into(),
+        format!("--pprof-addr={pprof_addr}"),
+    ]);
+    cp.spawn_process("go-webhook", &mut go)?;
+    let servers = [
+        Server {
+            name: "floor (our server stack, envelope only, precomputed answer)",
+            addr: floor_addr,
+            pid: cp.pid("floor").context("floor pid")?,
+        },
+        Server {
+            name: "cp-webhook (this operator)",
+            addr: rust.url.trim_start_matches("https://").to_string(),
+            pid: cp.pid("cp-webhook").context("cp-webhook pid")?,
+        },
+        Server {
+            name: "controller-runtime peer (Go)",
+            addr: format!("127.0.0.1:{go_port}"),
+            pid: cp.pid("go-webhook").context("go-webhook pid")?,
+        },
+    ];
+    let mutate = Bytes::from(reviews::mutate_create()?);
+    let validate = Bytes::from(reviews::validate_update()?);
+    let mapping = Bytes::from(reviews::mapping_create("m-new", "m-new")?);
+    let target = |server: usize, path: &str, body: &Bytes| Target {
+        addr: servers[server].addr.clone(),
+        path: path.to_string(),
+        body: body.clone(),
+        ca_pem: ca_pem.clone(),
+    };
+    // A fast wrong answer is no result: check every answer before loading a server.
+    for (s, server) in servers.iter().enumerate() {
+        for (path, body) in [("/mutate", &mutate), ("/validate", &validate)] {
+            let v = answer(&target(s, path, body), server.name).await?;
+            anyhow::ensure!(
+                v["response"]["allowed"] == true
+                    && v["response"]["uid"] == reviews::FIXED_UID
+                    && (path != "/mutate" || v["response"]["patch"].is_string()),
+                "{} {path}: unexpected answer {v}",
+                server.name
+            );
+        }
+    }
+    let v = answer(
+        &target(OURS, "/validate-servicemapping", &mapping),
+        "cp-webhook",
+    )
+    .await?;
+    anyhow::ensure!(v["response"]["allowed"] == true, "a new mapping: {v}");
+    let duplicate = Bytes::from(reviews::mapping_create("m-dup", "m-00042")?);
+    let v = answer(
+        &target(OURS, "/validate-servicemapping", &duplicate),
+        "cp-webhook",
+    )
+    .await?;
+    anyhow::ensure!(
+        v["response"]["allowed"] == false
+            && v["response"]["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("m-00042 already maps")),
+        "the webhook's index must hold the mappings (a duplicate of m-00042 was not refused): {v}"
+    );
+
+    let limit = deployment_cpu_limit()
+        .map_err(|e| format!("{e:#}"))
+        .and_then(|m| {
+            CpuLimit::new(m)
+                .map(|l| (m, l))
+                .map_err(|e| format!("{e:#}"))
+        });
+    let mut cells = Vec::new();
+    for (path, body) in [("/mutate", &mutate), ("/validate", &validate)] {
+        for c in [1, 16] {
+            cells.push(Cell {
+                path,
+                body: body.clone(),
+                mode: Mode::Closed(c),
+                servers: vec![FLOOR, OURS, GO],
+                limited: false,
+            });
+        }
+    }
+    cells.push(Cell {
+        path: "/validate-servicemapping",
+        body: mapping.clone(),
+        mode: Mode::Closed(16),
+        servers: vec![FLOOR, OURS],
+        limited: false,
+    });
+    cells.push(Cell {
+        path: "/validate",
+        body: validate.clone(),
+        mode: Mode::Fresh(1),
+        servers: vec![FLOOR, OURS, GO],
+        limited: false,
+    });
+    if limit.is_ok() {
+        for (path, body) in [("/mutate", &mutate), ("/validate", &validate)] {
+            for rate in RATES {
+                cells.push(Cell {
+                    path,
+                    body: body.clone(),
+                    mode: Mode::Open(rate),
+                    servers: vec![OURS, GO],
+                    limited: true,
+                });
+            }
+        }
+    }
+    let (repeats, warmup, measure, open_measure) = if quick {
+        (
+            1,
+            Duration::from_millis(200),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        )
+    } else {
+        (
+            REPEATS,
+            Duration::from_millis(300),
+            Duration::from_secs(2),
+            Duration::from_secs(3),
+        )
+    };
+    if pinned {
+        pin_self(CLIENT_CPU)?;
+    }
+    let mut runs: BTreeMap<(usize, usize), Vec<Stats>> = BTreeMap::new();
+    let profile;
+    {
+        // The control plane sleeps through the admission runs; the servers take turns.
+        let plane: Vec<u32> = ["etcd", "kube-apiserver", "kube-controller-manager"]
+            .iter()
+            .filter_map(|n| cp.pid(n))
+            .collect();
+        let _plane = Paused::new(plane);
+        let _servers = Paused::new(servers.iter().map(|s| s.pid).collect());
+        for rep in 0..repeats {
+            for (ci, cell) in cells.iter().enumerate() {
+                for &si in &cell.servers {
+                    let pid = servers[si].pid;
+                    signal(pid, "CONT");
+                    let limited = match (&limit, cell.limited) {
+                        (Ok((_, l)), true) => {
+                            l.enter(pid)?;
+                            Some(l)
+                        }
+                        _ => None,
+                    };
+                    let m = if matches!(cell.mode, Mode::Open(_)) {
+                        open_measure
+                    } else {
+                        measure
+                    };
+                    let stats = load::run(
+                        &target(si, cell.path, &cell.body),
+                        cell.mode,
+                        warmup,
+                        m,
+                        pid,
+                    )
+                    .await;
+                    if let Some(l) = limited {
+                        l.leave(pid)?;
+                    }
+                    signal(pid, "STOP");
+                    let stats = stats.with_context(|| {
+                        format!("{} {} {}", servers[si].name, cell.path, cell.mode.label())
+                    })?;
+                    println!(
+                        "rep {rep} {} {} {}: {stats:?}",
+                        servers[si].name,
+                        cell.path,
+                        cell.mode.label()
+                    );
+                    runs.entry((ci, si)).or_default().push(stats);
+                }
+            }
+        }
+        signal(servers[GO].pid, "CONT");
+        profile = go_profile(
+            &pprof_addr,
+            &target(GO, "/validate", &validate),
+            servers[GO].pid,
+            &cp.dir,
+        )
+        .await
+        .map_err(|e| format!("{e:#}"));
+        signal(servers[GO].pid, "STOP");
+    }
+    if pinned {
+        pin_self(&format!("0-{}", cores - 1))?;
+    }
+    let rss = memory(servers[OURS].pid).ok();
+    Ok(Results {
+        names: servers.iter().map(|s| s.name).collect(),
+        cells,
+        runs,
+        repeats,
+        measure,
+        open_measure,
+        pinned,
+        limit: limit.map(|(m, _)| m),
+        mappings,
+        bodies: vec![
+            ("/mutate", mutate.len()),
+            ("/validate", validate.len()),
+            ("/validate-servicemapping", mapping.len()),
+        ],
+        rss,
+        profile,
+        gogc: std::env::var("GOGC").unwrap_or_else(|_| "unset (100)".into()),
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn range(v: &[f64]) -> (f64, f64) {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (lo, hi)
+}
+
+/// Median and range of one figure over the repeats.
+fn summary(runs: &[Stats], f: impl Fn(&Stats) -> f64, decimals: usize) -> String {
+    let v: Vec<f64> = runs.iter().map(f).collect();
+    let m = median(v.clone());
+    if v.len() < 2 {
+        return format!("{m:.decimals$}");
+    }
+    let (lo, hi) = range(&v);
+    format!("{m:.decimals$} ({lo:.decimals$}–{hi:.decimals$})")
+}
+
+impl Results {
+    fn find(&self, path: &str, mode: Mode, server: usize) -> Option<&Vec<Stats>> {
+        let ci = self
+            .cells
+            .iter()
+            .position(|c| c.path == path && c.mode == mode)?;
+        self.runs.get(&(ci, server))
+    }
+
+    fn med(&self, path: &str, mode: Mode, server: usize, f: impl Fn(&Stats) -> f64) -> f64 {
+        self.find(path, mode, server)
+            .map(|r| median(r.iter().map(f).collect()))
+            .unwrap_or(f64::NAN)
+    }
+
+    /// Median figures of our webhook the analysis quotes.
+    pub fn summary_line(&self) -> String {
+        let cpu = |p: &str, s: usize| self.med(p, Mode::Closed(16), s, |x| x.cpu_us);
+        format!(
+            "CPU per request at c=16: /mutate {:.1} µs (floor {:.1}, Go {:.1}), /validate {:.1} µs (floor {:.1}, Go {:.1})",
+            cpu("/mutate", OURS),
+            cpu("/mutate", FLOOR),
+            cpu("/mutate", GO),
+            cpu("/validate", OURS),
+            cpu("/validate", FLOOR),
+            cpu("/validate", GO)
+        )
+    }
+}
+
+/// The section of BENCHMARKS.md.
+pub fn render(r: &Results) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "## Webhook\n\nHTTPS (TLS 1.3, HTTP/1.1) on loopback. Every server runs pinned to CPU {SERVER_CPU} (`taskset`, from \
+         its start: tokio and the Go runtime each size themselves to one core), the load generator to CPU {CLIENT_CPU}{}. \
+         During a run only the server under test runs: the other two servers, etcd, the API server and the controller \
+         manager are stopped (SIGSTOP). Each cell ran {} time(s), interleaved (every cell once, then again); figures are \
+         the median and, in brackets, the range. Closed-loop runs measure {:.0} s after a warm-up; open-loop runs {:.0} s. \
+         **Server CPU per request** is the server's utime + stime (`/proc/<pid>/stat`) over the measured window divided \
+         by the requests answered in it.\n",
+        if r.pinned {
+            ""
+        } else {
+            " (**not pinned: this machine has one core**)"
+        },
+        r.repeats,
+        r.measure.as_secs_f64(),
+        r.open_measure.as_secs_f64(),
+    );
+    let size = |p: &str| r.bodies.iter().find(|b| b.0 == p).map(|b| b.1).unwrap_or(0);
+    let _ = writeln!(
+        md,
+        "Requests: `/mutate` CREATE of the module's default CR without `spec.deployment` ({} bytes; answered with the \
+         defaults as a one-operation JSON patch), `/validate` UPDATE of the defaulted CR by a non-privileged user \
+         ({} bytes; allowed after the protected-field check, the typed parse with unknown-field rejection and the \
+         cross-field rules), `/validate-servicemapping` CREATE of a new, unique ServiceMapping ({} bytes) with \
+         **{} ServiceMappings** in the cluster and in the webhook's uniqueness index (a duplicate of one of them was \
+         checked to be refused before the runs).\n",
+        size("/mutate"),
+        size("/validate"),
+        size("/validate-servicemapping"),
+        r.mappings,
+    );
+    let _ = writeln!(
+        md,
+        "Servers: **floor** is `cp-webhook`'s own server (`cp_webhook::server::router_with` + `serve_tls`: rustls, hyper, \
+         axum, the same limits and metrics) whose handler only parses the envelope (uid, kind, operation; the objects \
+         skipped with `IgnoredAny`) and answers a precomputed review of the same size; **cp-webhook** is the release \
+         binary at its production log level (info, JSON; admitted requests are logged at debug, denials at info); the \
+         **Go peer** (`bench/peers/go-webhook`) is controller-runtime's webhook package doing the same work (typed \
+         decode rejecting unknown spec fields, the same one-operation patch, protected-field check and cross-field \
+         rules), logging each decision at info as JSON; GOGC {}, GOMAXPROCS from the CPU affinity (1).\n",
+        r.gogc
+    );
+    let _ = writeln!(
+        md,
+        "| path | load | server | req/s | p50 µs | p99 µs | p99.9 µs | CPU µs/request | errors |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    for (ci, cell) in r.cells.iter().enumerate() {
+        for &si in &cell.servers {
+            let Some(runs) = r.runs.get(&(ci, si)) else {
+                continue;
+            };
+            let load = if cell.limited {
+                format!(
+                    "{} in {}m CPU",
+                    cell.mode.label(),
+                    r.limit.as_ref().copied().unwrap_or(0)
+                )
+            } else {
+                cell.mode.label()
+            };
+            let _ = writeln!(
+                md,
+                "| `{}` | {load} | {} | {} | {} | {} | {} | {} | {} |",
+                cell.path,
+                r.names[si],
+                summary(runs, |s| s.rps, 0),
+                summary(runs, |s| s.p50_us as f64, 0),
+                summary(runs, |s| s.p99_us as f64, 0),
+                summary(runs, |s| s.p999_us as f64, 0),
+                summary(runs, |s| s.cpu_us, 1),
+                runs.iter().map(|s| s.errors).sum::<usize>(),
+            );
+        }
+    }
+    md.push('\n');
+    if let Err(e) = &r.limit {
+        let _ = writeln!(
+            md,
+            "**The open-loop runs were skipped**: the Deployment's CPU limit could not be applied ({e}).\n"
+        );
+    }
+    md.push_str(&verdicts(r));
+    match &r.profile {
+        Ok(top) => {
+            let _ = writeln!(
+                md,
+                "### Where the Go peer spends its CPU\n\n`go tool pprof -top` of a 2 s CPU profile taken during a `/validate` \
+                 c=16 run after the measured ones (not part of the figures above):\n\n```\n{}```\n",
+                top.lines()
+                    .take(24)
+                    .map(|l| format!("{l}\n"))
+                    .collect::<String>()
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(md, "The Go peer's CPU profile could not be taken: {e}\n");
+        }
+    }
+    md
+}
+
+fn verdicts(r: &Results) -> String {
+    let mut md =
+        String::from("### Goals\n\n| Goal | measured (medians) | Met |\n| --- | --- | --- |\n");
+    let mut row = |goal: String, measured: String, met: Option<bool>| {
+        let verdict = match met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "not measured",
+        };
+        let _ = writeln!(md, "| {goal} | {measured} | {verdict} |");
+    };
+    let known = |x: f64| (!x.is_nan()).then_some(x);
+    for (path, max) in [("/mutate", 1.3), ("/validate", 2.0)] {
+        for c in [1, 16] {
+            let mode = Mode::Closed(c);
+            let ours = r.med(path, mode, OURS, |s| s.cpu_us);
+            let floor = r.med(path, mode, FLOOR, |s| s.cpu_us);
+            let ratio = ours / floor;
+            row(
+                format!("`{path}` server CPU per request ≤ {max}× the floor (c={c})"),
+                format!("{ours:.1} µs vs {floor:.1} µs: {ratio:.2}×"),
+                known(ratio).map(|x| x <= max),
+            );
+        }
+    }
+    for path in ["/mutate", "/validate"] {
+        for c in [1, 16] {
+            let mode = Mode::Closed(c);
+            let ours = r.med(path, mode, OURS, |s| s.cpu_us);
+            let go = r.med(path, mode, GO, |s| s.cpu_us);
+            let ratio = go / ours;
+            row(
+                format!("`{path}` ≥ 3× the Go peer's CPU efficiency (c={c})"),
+                format!("Go {go:.1} µs vs {ours:.1} µs per request: {ratio:.2}×"),
+                known(ratio).map(|x| x >= 3.0),
+            );
+        }
+    }
+    for path in ["/mutate", "/validate"] {
+        let p99 = r.med(path, Mode::Open(2_000), OURS, |s| s.p99_us as f64);
+        let limit = r.limit.as_ref().copied().unwrap_or(0);
+        row(
+            format!(
+                "`{path}` open-loop p99 < 1 ms at 2,000 req/s in the Deployment's CPU limit ({limit}m)"
+            ),
+            format!("{p99:.0} µs"),
+            known(p99).map(|x| x < 1000.0),
+        );
+    }
+    let p99 = r.med("/validate-servicemapping", Mode::Closed(16), OURS, |s| {
+        s.p99_us as f64
+    });
+    row(
+        format!(
+            "`/validate-servicemapping` p99 < 1 ms at c=16 with {} mappings",
+            r.mappings
+        ),
+        format!("{p99:.0} µs"),
+        known(p99).map(|x| x < 1000.0),
+    );
+    match &r.rss {
+        Some(m) => row(
+            format!("webhook memory < 16 MiB with {} mappings", r.mappings),
+            format!(
+                "anonymous {:.1} MiB (VmRSS {:.1}, peak {:.1}) after the runs",
+                m.anon as f64 / 1024.0,
+                m.rss as f64 / 1024.0,
+                m.hwm as f64 / 1024.0
+            ),
+            Some(m.anon < 16 * 1024),
+        ),
+        None => row("webhook memory < 16 MiB".into(), "not read".into(), None),
+    }
+    md.push('\n');
+    md
+}
