@@ -261,8 +261,14 @@ fn sizes(quick: bool) -> Sizes {
     } else {
         Sizes {
             edits: 100,
-            // Longer than the resync (600 s), so a resync falls into the window.
-            idle: Duration::from_secs(11 * 60),
+            // Longer than the resync (600 s), so a resync falls into the window. CP_BENCH_IDLE_SECS
+            // shortens it for a trial run (the table then says it is shorter than the resync).
+            idle: Duration::from_secs(
+                std::env::var("CP_BENCH_IDLE_SECS")
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(11 * 60),
+            ),
             reconciles: 5,
             mappings: 10_000,
             adopt_wait: Duration::from_secs(90),

@@ -48,12 +48,13 @@ pub fn mutate_create() -> anyhow::Result<Vec<u8>> {
     Ok(serde_json::to_vec(&review("CREATE", default_cr()?, None))?)
 }
 
-/// `/validate`: a user updates the defaulted CR (a label) without touching `spec.deployment`; the
-/// answer is allowed after the protected-field check and the rest of the validation.
+/// `/validate`: a user edits the defaulted CR's spec (`kubectl edit` of the HTTP proxy port, the edit
+/// the controller bench makes too) without touching `spec.deployment`; the answer is allowed after
+/// the protected-field check, the typed parse with unknown-field rejection and the cross-field rules.
 pub fn validate_update() -> anyhow::Result<Vec<u8>> {
     let old = defaulted_cr()?;
     let mut new = old.clone();
-    new["metadata"]["labels"] = json!({"team": "integration"});
+    new["spec"]["config"]["servers"]["proxy"] = json!({"http": {"port": 20004}});
     Ok(serde_json::to_vec(&review("UPDATE", new, Some(old)))?)
 }
 

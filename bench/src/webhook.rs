@@ -454,7 +454,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
                     path,
                     body: body.clone(),
                     mode: Mode::Open(rate),
-                    servers: vec![OURS, GO],
+                    servers: vec![FLOOR, OURS, GO],
                     limited: true,
                 });
             }
@@ -647,8 +647,8 @@ pub fn render(r: &Results) -> String {
         md,
         "Requests: `/mutate` CREATE of the module's default CR without `spec.deployment` ({} bytes; answered with the \
          defaults as a one-operation JSON patch), `/validate` UPDATE of the defaulted CR by a non-privileged user \
-         ({} bytes; allowed after the protected-field check, the typed parse with unknown-field rejection and the \
-         cross-field rules), `/validate-servicemapping` CREATE of a new, unique ServiceMapping ({} bytes) with \
+         who changes the HTTP proxy port, as `kubectl edit` sends it ({} bytes; allowed after the typed parse with \
+         unknown-field rejection, the protected-field check and the cross-field rules), `/validate-servicemapping` CREATE of a new, unique ServiceMapping ({} bytes) with \
          **{} ServiceMappings** in the cluster and in the webhook's uniqueness index (a duplicate of one of them was \
          checked to be refused before the runs).\n",
         size("/mutate"),

@@ -9,10 +9,11 @@ use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use cp_api::policy::{PrivilegedIdentities, changed_paths};
-use cp_api::validation::{ClusterFacts, FieldError, join, unknown_fields, validate_mapping};
+use cp_api::validation::{ClusterFacts, FieldError, join, validate_mapping};
 use cp_api::{ConnectivityProxySpec, ServiceMappingSpec, defaults, names};
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// The request of an AdmissionReview, with the fields the decisions read.
 #[derive(Debug, Deserialize)]
@@ -63,15 +64,16 @@ pub struct UserInfo {
     pub groups: Option<Vec<String>>,
 }
 
-/// An object under review: its `spec` and the metadata the rules read.
+/// An object under review: its `spec` as sent (parsed only by the rules that need it) and the
+/// metadata the rules read.
 #[derive(Debug, Default, Deserialize)]
 pub struct Object {
     /// Name and deletion timestamp.
     #[serde(default)]
     pub metadata: ObjectMeta,
-    /// The spec, as sent.
+    /// The spec's JSON text, unparsed.
     #[serde(default)]
-    pub spec: Option<Value>,
+    pub spec: Option<Box<RawValue>>,
 }
 
 /// The metadata the rules read.
@@ -335,8 +337,8 @@ fn invalid(message: String) -> Denial {
     (422, "Invalid", message)
 }
 
-/// The object's `spec`, borrowed from the request (no copy).
-fn spec_json<'a>(obj: Option<&'a Object>, which: &str) -> Result<&'a Value, Denial> {
+/// The object's `spec` text, borrowed from the request; refused unless it is a JSON object.
+fn spec_raw<'a>(obj: Option<&'a Object>, which: &str) -> Result<&'a RawValue, Denial> {
     let obj = obj.ok_or_else(|| {
         (
             400,
@@ -345,21 +347,36 @@ fn spec_json<'a>(obj: Option<&'a Object>, which: &str) -> Result<&'a Value, Deni
         )
     })?;
     obj.spec
-        .as_ref()
-        .filter(|s| s.is_object())
+        .as_deref()
+        .filter(|s| s.get().trim_start().starts_with('{'))
         .ok_or_else(|| invalid(format!("{which} has no spec")))
 }
 
-/// Parses a `spec` into its typed form and refuses fields the type does not know (the API server
-/// prunes unknown fields, so an unknown field here means a request that bypassed it or a schema
-/// mismatch). Deserialises from the borrowed JSON; only the spec is serialised back to compare.
-fn typed_spec<S: serde::de::DeserializeOwned + serde::Serialize>(
-    spec: &Value,
-    which: &str,
-) -> Result<S, Denial> {
-    let parsed = S::deserialize(spec).map_err(|e| invalid(format!("{which}: spec: {e}")))?;
-    let back = serde_json::to_value(&parsed).map_err(|e| invalid(format!("{which}: {e}")))?;
-    let unknown = unknown_fields(spec, &back, "spec");
+/// Whether an UPDATE leaves the spec text exactly as stored (the API server writes both objects the
+/// same way, so this is the usual metadata-only update, decided without parsing either spec).
+fn same_spec_text(req: &Request, new: &RawValue) -> bool {
+    matches!(req.operation, Operation::Update)
+        && req
+            .old_object
+            .as_ref()
+            .and_then(|o| o.spec.as_deref())
+            .is_some_and(|old| old.get() == new.get())
+}
+
+fn deleting(req: &Request) -> bool {
+    req.object
+        .as_ref()
+        .is_some_and(|o| o.metadata.deletion_timestamp.is_some())
+}
+
+/// Parses a spec's text into its typed form in one pass and refuses fields the type does not know
+/// (the API server prunes unknown fields, so an unknown field here means a request that bypassed it
+/// or a schema mismatch); every unknown field is named with its path.
+fn typed_spec<S: serde::de::DeserializeOwned>(raw: &RawValue, which: &str) -> Result<S, Denial> {
+    let mut unknown = Vec::new();
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    let parsed: S = serde_ignored::deserialize(&mut de, |path| unknown.push(field_path(&path)))
+        .map_err(|e| invalid(format!("{which}: spec: {e}")))?;
     if !unknown.is_empty() {
         return Err(invalid(format!(
             "{which} has unknown fields: {}",
@@ -367,6 +384,31 @@ fn typed_spec<S: serde::de::DeserializeOwned + serde::Serialize>(
         )));
     }
     Ok(parsed)
+}
+
+/// `spec.a.b[0].c` for a field serde skipped.
+fn field_path(path: &serde_ignored::Path) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => "spec".to_string(),
+        Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
+        Path::Map { parent, key } => format!("{}.{key}", field_path(parent)),
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => field_path(parent),
+    }
+}
+
+/// The text of `spec.deployment` (`None` when absent or null), read without parsing the rest.
+fn deployment_raw(spec: &RawValue) -> Result<Option<&RawValue>, Denial> {
+    #[derive(Deserialize)]
+    struct Spec<'a> {
+        #[serde(default, borrow)]
+        deployment: Option<&'a RawValue>,
+    }
+    serde_json::from_str::<Spec>(spec.get())
+        .map(|s| s.deployment)
+        .map_err(|e| invalid(format!("spec: {e}")))
 }
 
 /// What `/mutate` does to a ConnectivityProxy that lacks some `spec.deployment` fields.
@@ -438,13 +480,28 @@ impl Defaulting {
 }
 
 /// How to fill missing `spec.deployment` fields with this release's defaults, or `None` when
-/// nothing is missing (an already-defaulted object gets no patch).
+/// nothing is missing (an already-defaulted object gets no patch). Only `spec.deployment` is parsed.
 pub fn mutate(req: &Request) -> Result<Option<Defaulting>, Denial> {
-    let spec = spec_json(req.object.as_ref(), "object")?;
-    match spec.get("deployment") {
+    #[derive(Deserialize)]
+    struct Spec<'a> {
+        /// Absent: `None`; null: `Some(None)`.
+        #[serde(default, borrow, deserialize_with = "present")]
+        deployment: Option<Option<&'a RawValue>>,
+    }
+    fn present<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Option<&'de RawValue>>, D::Error> {
+        Option::<&'de RawValue>::deserialize(d).map(Some)
+    }
+    let raw = spec_raw(req.object.as_ref(), "object")?;
+    let spec: Spec =
+        serde_json::from_str(raw.get()).map_err(|e| invalid(format!("object: spec: {e}")))?;
+    match spec.deployment {
         None => Ok(Some(Defaulting::Add)),
-        Some(Value::Null) => Ok(Some(Defaulting::Replace)),
-        Some(current) => {
+        Some(None) => Ok(Some(Defaulting::Replace)),
+        Some(Some(current)) => {
+            let current: Value = serde_json::from_str(current.get())
+                .map_err(|e| invalid(format!("object: spec.deployment: {e}")))?;
             let mut filled = current.clone();
             if !defaults::fill_missing(&mut filled, defaults::deployment_defaults_value()) {
                 // The usual update: everything is set already.
@@ -452,47 +509,45 @@ pub fn mutate(req: &Request) -> Result<Option<Defaulting>, Denial> {
             }
             let wrap = |d: Value| serde_json::json!({"spec": {"deployment": d}});
             Ok(Some(Defaulting::Fill(json_patch::diff(
-                &wrap(current.clone()),
+                &wrap(current),
                 &wrap(filled),
             ))))
         }
     }
 }
 
-fn deployment_of(spec: &Value) -> &Value {
-    spec.get("deployment").unwrap_or(&Value::Null)
-}
-
-/// An UPDATE that leaves the spec as stored, or any write to an object being deleted.
-fn metadata_only_or_deleting(req: &Request, new_spec: &Value) -> Result<bool, Denial> {
-    if !matches!(req.operation, Operation::Update) {
-        return Ok(false);
-    }
-    let deleting = req
-        .object
-        .as_ref()
-        .is_some_and(|o| o.metadata.deletion_timestamp.is_some());
-    let old_spec = req.old_object.as_ref().and_then(|o| o.spec.as_ref());
-    Ok(deleting || old_spec == Some(new_spec))
-}
-
 /// Refuses a change of `spec.deployment` by anyone but the operator and the privileged identities.
+/// `old` is the stored spec (`None` on CREATE: compared with this release's defaults).
 fn protected_fields(
     req: &Request,
     policy: &Policy,
-    old_json: Option<&Value>,
-    new_json: &Value,
+    old: Option<&RawValue>,
+    new: &RawValue,
 ) -> Result<(), Denial> {
     let user = req.user_info.username.as_deref().unwrap_or_default();
     let groups = req.user_info.groups.as_deref().unwrap_or_default();
     if policy.privileged.allows(user, groups) {
         return Ok(());
     }
-    let before = match old_json {
-        Some(o) => deployment_of(o),
-        None => defaults::deployment_defaults_value(),
+    let new_d = deployment_raw(new)?;
+    let old_d = old.map(deployment_raw).transpose()?;
+    if let (Some(a), Some(b)) = (old_d.flatten(), new_d)
+        && a.get() == b.get()
+    {
+        return Ok(());
+    }
+    let value = |d: Option<&RawValue>| -> Result<Value, Denial> {
+        d.map(|d| serde_json::from_str(d.get()))
+            .transpose()
+            .map(Option::unwrap_or_default)
+            .map_err(|e| invalid(format!("spec.deployment: {e}")))
     };
-    let changed = changed_paths(before, deployment_of(new_json));
+    let after = value(new_d)?;
+    let before = match old_d {
+        Some(d) => value(d)?,
+        None => defaults::deployment_defaults_json(),
+    };
+    let changed = changed_paths(&before, &after);
     if changed.is_empty() {
         return Ok(());
     }
@@ -524,30 +579,32 @@ fn outside_module_namespace(req: &Request) -> Option<String> {
 /// Validates a ConnectivityProxy: protected fields, then every cross-field rule. Returns the warnings
 /// for accepted fields that have no effect (only when the spec is written, not on metadata-only updates).
 pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<Vec<String>, Denial> {
-    let new_json = spec_json(req.object.as_ref(), "object")?;
-    if metadata_only_or_deleting(req, new_json)? {
-        // Finalizers, labels and annotations of a CR stored under older rules, or a CR on its way out:
-        // only the protected-field check applies, so deletion never hangs on a newer rule.
-        return protected_fields(
-            req,
-            policy,
-            req.old_object.as_ref().and_then(|o| o.spec.as_ref()),
-            new_json,
-        )
-        .map(|()| vec![]);
+    let new_raw = spec_raw(req.object.as_ref(), "object")?;
+    if same_spec_text(req, new_raw) {
+        // Finalizers, labels and annotations: nothing in the spec, so nothing protected, changed.
+        return Ok(vec![]);
     }
-    let new: ConnectivityProxySpec = typed_spec(new_json, "object")?;
-    let (old, old_json) = match req.operation {
-        Operation::Update => {
-            let j = spec_json(req.old_object.as_ref(), "oldObject")?;
-            // The stored object was admitted before: parse it, no unknown-field round trip.
-            let old = ConnectivityProxySpec::deserialize(j)
-                .map_err(|e| invalid(format!("oldObject: spec: {e}")))?;
-            (Some(old), Some(j))
-        }
-        _ => (None, None),
+    let old_raw = match req.operation {
+        Operation::Update => Some(spec_raw(req.old_object.as_ref(), "oldObject")?),
+        _ => None,
     };
-    protected_fields(req, policy, old_json, new_json)?;
+    if deleting(req) {
+        // A CR on its way out: only the protected-field check applies, so deletion never hangs on a
+        // newer rule.
+        return protected_fields(req, policy, old_raw, new_raw).map(|()| vec![]);
+    }
+    let new: ConnectivityProxySpec = typed_spec(new_raw, "object")?;
+    // The stored object was admitted before: parsed, no unknown-field check.
+    let old: Option<ConnectivityProxySpec> = old_raw
+        .map(|o| serde_json::from_str(o.get()))
+        .transpose()
+        .map_err(|e| invalid(format!("oldObject: spec: {e}")))?;
+    if old.as_ref() == Some(&new) {
+        // The same spec written differently: a metadata-only update of a CR that may have been
+        // stored under older rules.
+        return Ok(vec![]);
+    }
+    protected_fields(req, policy, old_raw, new_raw)?;
     // Mapping names matter only to the rule about switching service channels off: list them only then.
     let cluster = ClusterFacts {
         service_mappings: if new.service_channels_enabled() {
@@ -570,13 +627,23 @@ pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<Vec<
 
 /// Validates a ServiceMapping: its fields and the uniqueness of (type, subaccountId, serviceId).
 pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
-    let spec_value = spec_json(req.object.as_ref(), "object")?;
-    if metadata_only_or_deleting(req, spec_value)? {
+    let raw = spec_raw(req.object.as_ref(), "object")?;
+    if same_spec_text(req, raw) || deleting(req) {
         // Labels (the operator's adoption), finalizers: a mapping stored under older rules stays
         // writable and deletable.
         return Ok(());
     }
-    let spec: ServiceMappingSpec = typed_spec(spec_value, "object")?;
+    let spec: ServiceMappingSpec = typed_spec(raw, "object")?;
+    let unchanged = matches!(req.operation, Operation::Update)
+        && req
+            .old_object
+            .as_ref()
+            .and_then(|o| o.spec.as_deref())
+            .and_then(|o| serde_json::from_str::<ServiceMappingSpec>(o.get()).ok())
+            .is_some_and(|old| old == spec);
+    if unchanged {
+        return Ok(());
+    }
     let mut errors = validate_mapping(&spec, facts.shared_tenant);
     let key = cp_api::mapping::mapping_key(&spec);
     let name = req
