@@ -324,6 +324,10 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
     let floor_addr = format!("127.0.0.1:{floor_port}");
     let mut floor = Command::new(wrap.first().copied().unwrap_or("env"));
     floor
+        // The same allocator settings as cp-webhook's Deployment (the harness starts it with them).
+        .envs(cp_tests::manifest::deployment_env(
+            "webhook/deployment.yaml",
+        )?)
         .args(wrap.iter().skip(1))
         .arg(std::env::current_exe()?)
         .args(["floor", &floor_addr, &cert, &key]);

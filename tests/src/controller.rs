@@ -69,6 +69,9 @@ impl ControllerProcess {
                 std::env::var("CP_CONTROLLER_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
             )
             .env("POD_NAME", name)
+            .envs(crate::manifest::deployment_env(
+                "controller/deployment.yaml",
+            )?)
             .arg(format!("--metrics-addr=127.0.0.1:{port}"))
             .arg(crate::ca_endpoint_trust_arg(&cp.dir)?)
             .args(extra_args);

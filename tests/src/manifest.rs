@@ -146,3 +146,43 @@ pub async fn delete_crd(client: &Client, name: &str) -> anyhow::Result<()> {
     )
     .await
 }
+
+/// The literal `env` values (`value`, not `valueFrom`) of the first container of the Deployment in
+/// `manifests/<file>`: the harness starts the binaries with them, as the kubelet would.
+pub fn deployment_env(file: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let path = crate::workspace_root().join("manifests").join(file);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let docs = parse_documents(&text)?;
+    let env = docs
+        .iter()
+        .find_map(|d| {
+            d.data
+                .pointer("/spec/template/spec/containers/0/env")
+                .and_then(|e| e.as_array())
+        })
+        .cloned()
+        .unwrap_or_default();
+    Ok(env
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_string(),
+                e["value"].as_str()?.to_string(),
+            ))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod env_tests {
+    #[test]
+    fn both_deployments_set_the_allocator_env_the_bench_measured() {
+        for file in ["controller/deployment.yaml", "webhook/deployment.yaml"] {
+            let env = super::deployment_env(file).expect("env");
+            for key in ["MALLOC_ARENA_MAX", "MALLOC_TRIM_THRESHOLD_"] {
+                assert!(env.iter().any(|(k, _)| k == key), "{file}: {key} missing");
+            }
+        }
+    }
+}

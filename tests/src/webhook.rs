@@ -133,6 +133,8 @@ impl Webhook {
                 "RUST_LOG",
                 std::env::var("CP_WEBHOOK_LOG").unwrap_or_else(|_| "info".into()),
             )
+            // As the Deployment sets them (the allocator settings).
+            .envs(crate::manifest::deployment_env("webhook/deployment.yaml")?)
             .arg(format!("--addr=127.0.0.1:{port}"))
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
             .args(extra_args);
