@@ -31,6 +31,8 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::load::{ProcMemory, process_memory};
+
 const NS: &str = names::KYMA_SYSTEM;
 const CR: &str = names::DEFAULT_CR_NAME;
 const DOMAIN: &str = "bench.kyma.example.com";
@@ -373,17 +375,20 @@ async fn main_phase(
         .await
         .context("restarting the webhook")?;
     let wh_restarted = memory(cp, WEBHOOK_PROCESS)?;
-    let entry =
-        |process: &str, idle: &Mem, loaded: &Mem, restarted: &Mem, goal: (f64, f64)| Memory {
-            process: process.into(),
-            idle_kib: idle.anon,
-            loaded_kib: loaded.anon,
-            restarted_kib: restarted.anon,
-            loaded_rss_kib: loaded.rss,
-            peak_kib: loaded.hwm,
-            idle_goal_mib: goal.0,
-            loaded_goal_mib: goal.1,
-        };
+    let entry = |process: &str,
+                 idle: &ProcMemory,
+                 loaded: &ProcMemory,
+                 restarted: &ProcMemory,
+                 goal: (f64, f64)| Memory {
+        process: process.into(),
+        idle_kib: idle.anon,
+        loaded_kib: loaded.anon,
+        restarted_kib: restarted.anon,
+        loaded_rss_kib: loaded.rss,
+        peak_kib: loaded.hwm,
+        idle_goal_mib: goal.0,
+        loaded_goal_mib: goal.1,
+    };
     figures.memory = vec![
         entry(
             "webhook",
@@ -648,33 +653,12 @@ async fn settle(ctrl: &ControllerProcess) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A process's memory, KiB.
-struct Mem {
-    anon: u64,
-    rss: u64,
-    hwm: u64,
-}
-
-/// RssAnon, VmRSS and VmHWM of a process.
-fn memory(cp: &ControlPlane, name: &str) -> anyhow::Result<Mem> {
+/// RssAnon, VmRSS and VmHWM of the control-plane process `name`.
+fn memory(cp: &ControlPlane, name: &str) -> anyhow::Result<ProcMemory> {
     let pid = cp
         .pid(name)
         .with_context(|| format!("{name} is not running"))?;
-    let path = format!("/proc/{pid}/status");
-    let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    let field = |key: &str| -> anyhow::Result<u64> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("no {key} in {path}"))
-    };
-    Ok(Mem {
-        anon: field("RssAnon:")?,
-        rss: field("VmRSS:")?,
-        hwm: field("VmHWM:")?,
-    })
+    process_memory(pid)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -146,6 +146,38 @@ pub fn process_cpu_us(pid: u32) -> anyhow::Result<u64> {
     Ok((ticks(11)? + ticks(12)?) * 1_000_000 / clock_ticks())
 }
 
+/// A process's memory from `/proc/<pid>/status`, KiB.
+#[derive(Clone, Copy, Debug)]
+pub struct ProcMemory {
+    /// `RssAnon`: anonymous resident memory (what the process allocated; its binary's file pages
+    /// excluded).
+    pub anon: u64,
+    /// `VmRSS`: anonymous + file + shared resident pages.
+    pub rss: u64,
+    /// `VmHWM`: peak resident.
+    pub hwm: u64,
+}
+
+/// Reads `RssAnon`, `VmRSS` and `VmHWM` of process `pid`.
+pub fn process_memory(pid: u32) -> anyhow::Result<ProcMemory> {
+    use anyhow::Context;
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let field = |key: &str| -> anyhow::Result<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("no {key} in {path}"))
+    };
+    Ok(ProcMemory {
+        anon: field("RssAnon:")?,
+        rss: field("VmRSS:")?,
+        hwm: field("VmHWM:")?,
+    })
+}
+
 fn clock_ticks() -> u64 {
     static TICKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *TICKS.get_or_init(|| {

@@ -69,16 +69,9 @@ pub struct Results {
     limit: Result<u32, String>,
     mappings: usize,
     bodies: Vec<(&'static str, usize)>,
-    rss: Option<Memory>,
+    rss: Option<load::ProcMemory>,
     profile: Result<String, String>,
     gogc: String,
-}
-
-/// The webhook's memory with the mappings cached, after the runs, KiB.
-struct Memory {
-    anon: u64,
-    rss: u64,
-    hwm: u64,
 }
 
 /// Sends `sig` to `pid`.
@@ -121,18 +114,11 @@ fn pin_self(cpus: &str) -> anyhow::Result<()> {
 
 /// The CPU limit of the webhook Deployment, in millicores, read from its manifest.
 fn deployment_cpu_limit() -> anyhow::Result<u32> {
-    let file = cp_tests::workspace_root().join("manifests/webhook/deployment.yaml");
-    let text = std::fs::read_to_string(&file)?;
-    let docs = cp_tests::manifest::parse_documents(&text)?;
-    let limit = docs
-        .iter()
-        .find_map(|d| {
-            d.data
-                .pointer("/spec/template/spec/containers/0/resources/limits/cpu")
-                .and_then(|v| v.as_str())
-                .map(String::from)
-        })
-        .with_context(|| format!("{}: no CPU limit", file.display()))?;
+    let container = cp_tests::manifest::deployment_container("webhook/deployment.yaml")?;
+    let limit = container
+        .pointer("/resources/limits/cpu")
+        .and_then(|v| v.as_str())
+        .context("manifests/webhook/deployment.yaml: no CPU limit")?;
     match limit.strip_suffix('m') {
         Some(m) => Ok(m.parse()?),
         None => Ok((limit.parse::<f64>()? * 1000.0) as u32),
@@ -203,25 +189,6 @@ async fn answer(target: &Target, what: &str) -> anyhow::Result<serde_json::Value
     )
     .await?;
     serde_json::from_slice(&body).with_context(|| format!("{what}: answer is not JSON"))
-}
-
-/// The webhook's anonymous and resident memory, KiB.
-fn memory(pid: u32) -> anyhow::Result<Memory> {
-    let path = format!("/proc/{pid}/status");
-    let status = std::fs::read_to_string(&path)?;
-    let field = |key: &str| -> anyhow::Result<u64> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("no {key} in {path}"))
-    };
-    Ok(Memory {
-        anon: field("RssAnon:")?,
-        rss: field("VmRSS:")?,
-        hwm: field("VmHWM:")?,
-    })
 }
 
 /// A CPU profile of the Go peer under `/validate` load (`go tool pprof -top`).
@@ -548,7 +515,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
     if pinned {
         pin_self(&format!("0-{}", cores - 1))?;
     }
-    let rss = memory(servers[OURS].pid).ok();
+    let rss = load::process_memory(servers[OURS].pid).ok();
     Ok(Results {
         names: servers.iter().map(|s| s.name).collect(),
         cells,

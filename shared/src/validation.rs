@@ -3,7 +3,9 @@
 //!
 //! Each rule is an early check that names the field and says how to fix it.
 
-use crate::cp::{ConnectivityProxySpec, ProxyServer};
+use serde::Deserialize;
+
+use crate::cp::{ConnectivityProxySpec, ProxyServer, SecretConfig, ServiceChannels};
 use crate::mapping::ServiceMappingSpec;
 use crate::names::is_auto_provision;
 
@@ -48,6 +50,63 @@ pub struct ClusterFacts {
     pub service_mappings: Vec<String>,
 }
 
+/// What the rules about a change read of the stored spec (`spec.secretConfig` and
+/// `spec.config.serviceChannels`). The webhook parses it straight from the stored object's text, the
+/// rest of which it never builds; [`From`] takes it from a typed spec.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Stored {
+    #[serde(default)]
+    config: StoredConfig,
+    #[serde(default)]
+    secret_config: Option<SecretConfig>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredConfig {
+    #[serde(default)]
+    service_channels: Option<ServiceChannels>,
+}
+
+impl From<&ConnectivityProxySpec> for Stored {
+    fn from(spec: &ConnectivityProxySpec) -> Self {
+        Stored {
+            config: StoredConfig {
+                service_channels: spec.config.service_channels.clone(),
+            },
+            secret_config: spec.secret_config.clone(),
+        }
+    }
+}
+
+impl Stored {
+    /// Connectivity service secret name and data.
+    pub fn connectivity_secret(&self) -> (String, Option<String>) {
+        connectivity_secret(self.secret_config.as_ref())
+    }
+
+    /// Whether service channels are enabled (default true).
+    pub fn service_channels_enabled(&self) -> bool {
+        service_channels_enabled(self.config.service_channels.as_ref())
+    }
+}
+
+fn service_channels_enabled(channels: Option<&ServiceChannels>) -> bool {
+    channels.and_then(|s| s.enabled).unwrap_or(true)
+}
+
+fn connectivity_secret(secret_config: Option<&SecretConfig>) -> (String, Option<String>) {
+    let s = secret_config
+        .and_then(|s| s.integration.as_ref())
+        .and_then(|i| i.connectivity_service.as_ref());
+    (
+        s.and_then(|s| s.secret_name.clone())
+            .unwrap_or_else(|| crate::names::SECRET_SERVICE_KEY.to_string()),
+        s.and_then(|s| s.secret_data.clone()),
+    )
+}
+
 impl ConnectivityProxySpec {
     /// Effective tenant mode (`dedicated` by default).
     pub fn tenant_mode(&self) -> &str {
@@ -56,11 +115,7 @@ impl ConnectivityProxySpec {
 
     /// Whether service channels are enabled (default true).
     pub fn service_channels_enabled(&self) -> bool {
-        self.config
-            .service_channels
-            .as_ref()
-            .and_then(|s| s.enabled)
-            .unwrap_or(true)
+        service_channels_enabled(self.config.service_channels.as_ref())
     }
 
     /// Whether multi-region mode is enabled (default false).
@@ -112,24 +167,12 @@ impl ConnectivityProxySpec {
 
     /// Connectivity service secret name and data.
     pub fn connectivity_secret(&self) -> (String, Option<String>) {
-        let s = self
-            .secret_config
-            .as_ref()
-            .and_then(|s| s.integration.as_ref())
-            .and_then(|i| i.connectivity_service.as_ref());
-        (
-            s.and_then(|s| s.secret_name.clone())
-                .unwrap_or_else(|| crate::names::SECRET_SERVICE_KEY.to_string()),
-            s.and_then(|s| s.secret_data.clone()),
-        )
+        connectivity_secret(self.secret_config.as_ref())
     }
 
-    /// Validates every cross-field rule. `old` is the stored spec on update.
-    pub fn validate(
-        &self,
-        old: Option<&ConnectivityProxySpec>,
-        facts: &ClusterFacts,
-    ) -> Vec<FieldError> {
+    /// Validates every cross-field rule. `old` is what the rules about a change read of the stored
+    /// spec, on update.
+    pub fn validate(&self, old: Option<&Stored>, facts: &ClusterFacts) -> Vec<FieldError> {
         let mut errors = Vec::new();
         let cfg = &self.config;
         let dedicated = self.tenant_mode() == "dedicated";

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use crate::ConnectivityProxySpec;
 use crate::mapping::ServiceMappingSpec;
-use crate::validation::{ClusterFacts, parse_host_port, validate_mapping};
+use crate::validation::{ClusterFacts, Stored, parse_host_port, validate_mapping};
 
 fn base() -> serde_json::Value {
     json!({
@@ -27,7 +27,7 @@ fn fields(
     old: Option<&ConnectivityProxySpec>,
     facts: &ClusterFacts,
 ) -> Vec<String> {
-    s.validate(old, facts)
+    s.validate(old.map(Stored::from).as_ref(), facts)
         .into_iter()
         .map(|e| e.field)
         .collect()
@@ -158,7 +158,7 @@ fn service_channels_stay_while_mappings_exist() {
         service_mappings: vec!["m1".into()],
     };
     let old = spec(base());
-    let errs = spec(v.clone()).validate(Some(&old), &facts);
+    let errs = spec(v.clone()).validate(Some(&Stored::from(&old)), &facts);
     assert_eq!(errs.len(), 1);
     assert!(errs[0].message.contains("m1"), "{}", errs[0].message);
     assert!(fields(&spec(v), Some(&old), &no_facts()).is_empty());

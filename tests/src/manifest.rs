@@ -147,22 +147,23 @@ pub async fn delete_crd(client: &Client, name: &str) -> anyhow::Result<()> {
     .await
 }
 
-/// The literal `env` values (`value`, not `valueFrom`) of the first container of the Deployment in
-/// `manifests/<file>`: the harness starts the binaries with them, as the kubelet would.
-pub fn deployment_env(file: &str) -> anyhow::Result<Vec<(String, String)>> {
+/// The first container of the Deployment in `manifests/<file>`, as JSON.
+pub fn deployment_container(file: &str) -> anyhow::Result<serde_json::Value> {
     let path = crate::workspace_root().join("manifests").join(file);
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let docs = parse_documents(&text)?;
-    let env = docs
-        .iter()
-        .find_map(|d| {
-            d.data
-                .pointer("/spec/template/spec/containers/0/env")
-                .and_then(|e| e.as_array())
-        })
-        .cloned()
-        .unwrap_or_default();
+    parse_documents(&text)?
+        .into_iter()
+        .find(|d| d.types.as_ref().is_some_and(|t| t.kind == "Deployment"))
+        .and_then(|d| d.data.pointer("/spec/template/spec/containers/0").cloned())
+        .with_context(|| format!("{}: no Deployment with a container", path.display()))
+}
+
+/// The literal `env` values (`value`, not `valueFrom`) of the first container of the Deployment in
+/// `manifests/<file>`: the harness starts the binaries with them, as the kubelet would.
+pub fn deployment_env(file: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let container = deployment_container(file)?;
+    let env = container["env"].as_array().cloned().unwrap_or_default();
     Ok(env
         .iter()
         .filter_map(|e| {

@@ -9,48 +9,51 @@ use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use cp_api::policy::{PrivilegedIdentities, changed_paths};
-use cp_api::validation::{ClusterFacts, FieldError, join, validate_mapping};
+use cp_api::validation::{ClusterFacts, FieldError, Stored, join, validate_mapping};
 use cp_api::{ConnectivityProxySpec, ServiceMappingSpec, defaults, names};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-/// The request of an AdmissionReview, with the fields the decisions read.
+/// The request of an AdmissionReview, with the fields the decisions read, borrowed from the body
+/// (strings are copied only when they hold JSON escapes).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Request {
+pub struct Request<'a> {
     /// Copied into the answer.
-    pub uid: String,
+    #[serde(borrow)]
+    pub uid: Cow<'a, str>,
     /// The object's kind.
-    pub kind: Kind,
+    #[serde(borrow)]
+    pub kind: Kind<'a>,
     /// The object's name (empty on a CREATE with `generateName`).
-    #[serde(default)]
-    pub name: String,
+    #[serde(default, borrow)]
+    pub name: Cow<'a, str>,
     /// The object's namespace.
-    #[serde(default)]
-    pub namespace: Option<String>,
+    #[serde(default, borrow)]
+    pub namespace: Option<Cow<'a, str>>,
     /// CREATE, UPDATE, DELETE or CONNECT.
     pub operation: Operation,
     /// Who sent the request.
     #[serde(default)]
     pub user_info: UserInfo,
     /// The object as it would be stored.
-    #[serde(default)]
-    pub object: Option<Object>,
+    #[serde(default, borrow)]
+    pub object: Option<Object<'a>>,
     /// The stored object (UPDATE, DELETE).
-    #[serde(default)]
-    pub old_object: Option<Object>,
+    #[serde(default, borrow)]
+    pub old_object: Option<Object<'a>>,
 }
 
 /// Group and kind of the object under review.
 #[derive(Debug, Default, Deserialize)]
-pub struct Kind {
+pub struct Kind<'a> {
     /// API group.
-    #[serde(default)]
-    pub group: String,
+    #[serde(default, borrow)]
+    pub group: Cow<'a, str>,
     /// Kind.
-    #[serde(default)]
-    pub kind: String,
+    #[serde(default, borrow)]
+    pub kind: Cow<'a, str>,
 }
 
 /// The requesting user.
@@ -67,25 +70,25 @@ pub struct UserInfo {
 /// An object under review: its `spec` as sent (parsed only by the rules that need it) and the
 /// metadata the rules read.
 #[derive(Debug, Default, Deserialize)]
-pub struct Object {
+pub struct Object<'a> {
     /// Name and deletion timestamp.
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    /// The spec's JSON text, unparsed.
-    #[serde(default)]
-    pub spec: Option<Box<RawValue>>,
+    #[serde(default, borrow)]
+    pub metadata: ObjectMeta<'a>,
+    /// The spec's JSON text, unparsed, borrowed from the body.
+    #[serde(default, borrow)]
+    pub spec: Option<&'a RawValue>,
 }
 
 /// The metadata the rules read.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ObjectMeta {
+pub struct ObjectMeta<'a> {
     /// `metadata.name`.
-    #[serde(default)]
-    pub name: Option<String>,
+    #[serde(default, borrow)]
+    pub name: Option<Cow<'a, str>>,
     /// `metadata.deletionTimestamp`: set while the object is being deleted.
-    #[serde(default)]
-    pub deletion_timestamp: Option<String>,
+    #[serde(default, borrow)]
+    pub deletion_timestamp: Option<Cow<'a, str>>,
 }
 
 /// An admission operation.
@@ -225,22 +228,22 @@ pub enum DecodeError {
 }
 
 /// Decodes an AdmissionReview body.
-pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
+pub fn decode(body: &[u8]) -> Result<Request<'_>, DecodeError> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
-    struct Review {
-        #[serde(default)]
-        api_version: String,
-        #[serde(default)]
-        kind: String,
-        #[serde(default)]
-        request: Option<Request>,
+    struct Review<'a> {
+        #[serde(default, borrow)]
+        api_version: Cow<'a, str>,
+        #[serde(default, borrow)]
+        kind: Cow<'a, str>,
+        #[serde(default, borrow)]
+        request: Option<Request<'a>>,
     }
     let review: Review = serde_json::from_slice(body)?;
     if review.api_version != "admission.k8s.io/v1" || review.kind != "AdmissionReview" {
         return Err(DecodeError::WrongType {
-            api_version: review.api_version,
-            kind: review.kind,
+            api_version: review.api_version.into_owned(),
+            kind: review.kind.into_owned(),
         });
     }
     review.request.ok_or(DecodeError::NoRequest)
@@ -269,8 +272,8 @@ pub fn review(
     policy: &Policy,
     facts: &dyn Fn() -> Facts,
 ) -> (Response, Decision) {
-    let resp = Response {
-        uid: req.uid.clone(),
+    let mut resp = Response {
+        uid: req.uid.to_string(),
         allowed: true,
         ..Response::default()
     };
@@ -288,36 +291,36 @@ pub fn review(
         return (resp, Decision::Allowed);
     }
     let result = match endpoint {
-        Endpoint::Mutate => mutate(req).map(|patch| match patch {
-            Some(p) => match p.base64() {
-                Ok(b64) => {
-                    let mut resp = resp.clone();
-                    resp.patch = Some(b64);
-                    (resp, Decision::Patched)
-                }
-                Err(e) => (
-                    deny(resp.clone(), 500, "InternalError", e.to_string()),
-                    Decision::Denied,
-                ),
-            },
-            None => (resp.clone(), Decision::Allowed),
+        Endpoint::Mutate => mutate(req).and_then(|patch| match patch {
+            Some(p) => p
+                .base64()
+                .map(|b64| (Some(b64), None, Decision::Patched))
+                .map_err(|e| (500, "InternalError", e)),
+            None => Ok((None, None, Decision::Allowed)),
         }),
         Endpoint::Validate => validate_cp(req, policy, &facts()).map(|ignored| {
-            let mut resp = resp.clone();
             let warnings: Vec<String> = outside_module_namespace(req)
                 .into_iter()
                 .chain(ignored)
                 .collect();
-            if !warnings.is_empty() {
-                resp.warnings = Some(warnings);
-            }
-            (resp, Decision::Allowed)
+            (
+                None,
+                (!warnings.is_empty()).then_some(warnings),
+                Decision::Allowed,
+            )
         }),
         Endpoint::ValidateServiceMapping => {
-            validate_sm(req, &facts()).map(|()| (resp.clone(), Decision::Allowed))
+            validate_sm(req, &facts()).map(|()| (None, None, Decision::Allowed))
         }
     };
-    result.unwrap_or_else(|(code, reason, msg)| (deny(resp, code, reason, msg), Decision::Denied))
+    match result {
+        Ok((patch, warnings, decision)) => {
+            resp.patch = patch;
+            resp.warnings = warnings;
+            (resp, decision)
+        }
+        Err((code, reason, msg)) => (deny(resp, code, reason, msg), Decision::Denied),
+    }
 }
 
 type Denial = (u16, &'static str, String);
@@ -338,7 +341,7 @@ fn invalid(message: String) -> Denial {
 }
 
 /// The object's `spec` text, borrowed from the request; refused unless it is a JSON object.
-fn spec_raw<'a>(obj: Option<&'a Object>, which: &str) -> Result<&'a RawValue, Denial> {
+fn spec_raw<'a>(obj: Option<&Object<'a>>, which: &str) -> Result<&'a RawValue, Denial> {
     let obj = obj.ok_or_else(|| {
         (
             400,
@@ -347,7 +350,6 @@ fn spec_raw<'a>(obj: Option<&'a Object>, which: &str) -> Result<&'a RawValue, De
         )
     })?;
     obj.spec
-        .as_deref()
         .filter(|s| s.get().trim_start().starts_with('{'))
         .ok_or_else(|| invalid(format!("{which} has no spec")))
 }
@@ -359,7 +361,7 @@ fn same_spec_text(req: &Request, new: &RawValue) -> bool {
         && req
             .old_object
             .as_ref()
-            .and_then(|o| o.spec.as_deref())
+            .and_then(|o| o.spec)
             .is_some_and(|old| old.get() == new.get())
 }
 
@@ -594,16 +596,37 @@ pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<Vec<
         return protected_fields(req, policy, old_raw, new_raw).map(|()| vec![]);
     }
     let new: ConnectivityProxySpec = typed_spec(new_raw, "object")?;
-    // The stored object was admitted before: parsed, no unknown-field check.
-    let old: Option<ConnectivityProxySpec> = old_raw
+    match check_cp(req, policy, facts, old_raw, new_raw, &new) {
+        Ok(warnings) if warnings.is_empty() => Ok(warnings),
+        // The same spec written differently: a metadata-only update of a CR that may have been stored
+        // under older rules. Asked only when the answer would change (parsing the stored spec whole is
+        // the dearest step of an edit): such an update is admitted without warnings.
+        _ if same_typed_spec(old_raw, &new) => Ok(vec![]),
+        verdict => verdict,
+    }
+}
+
+/// Whether the stored spec, parsed whole, equals `new`.
+fn same_typed_spec(old: Option<&RawValue>, new: &ConnectivityProxySpec) -> bool {
+    old.and_then(|o| serde_json::from_str::<ConnectivityProxySpec>(o.get()).ok())
+        .is_some_and(|o| &o == new)
+}
+
+/// The protected fields, then every cross-field rule, of a written spec.
+fn check_cp(
+    req: &Request,
+    policy: &Policy,
+    facts: &Facts,
+    old_raw: Option<&RawValue>,
+    new_raw: &RawValue,
+    new: &ConnectivityProxySpec,
+) -> Result<Vec<String>, Denial> {
+    // The stored object was admitted before: only what the rules about a change read is parsed, with
+    // no unknown-field check.
+    let old: Option<Stored> = old_raw
         .map(|o| serde_json::from_str(o.get()))
         .transpose()
         .map_err(|e| invalid(format!("oldObject: spec: {e}")))?;
-    if old.as_ref() == Some(&new) {
-        // The same spec written differently: a metadata-only update of a CR that may have been
-        // stored under older rules.
-        return Ok(vec![]);
-    }
     protected_fields(req, policy, old_raw, new_raw)?;
     // Mapping names matter only to the rule about switching service channels off: list them only then.
     let cluster = ClusterFacts {
@@ -615,7 +638,7 @@ pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<Vec<
     };
     let errors: Vec<FieldError> = new.validate(old.as_ref(), &cluster);
     if errors.is_empty() {
-        Ok(cp_api::validation::ignored_fields(&new))
+        Ok(cp_api::validation::ignored_fields(new))
     } else {
         Err(invalid(format!(
             "ConnectivityProxy {} is invalid: {}",
@@ -638,7 +661,7 @@ pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
         && req
             .old_object
             .as_ref()
-            .and_then(|o| o.spec.as_deref())
+            .and_then(|o| o.spec)
             .and_then(|o| serde_json::from_str::<ServiceMappingSpec>(o.get()).ok())
             .is_some_and(|old| old == spec);
     if unchanged {
@@ -649,11 +672,11 @@ pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
     let name = req
         .object
         .as_ref()
-        .and_then(|o| o.metadata.name.clone())
-        .unwrap_or_else(|| req.name.clone());
+        .and_then(|o| o.metadata.name.as_deref())
+        .unwrap_or(&req.name);
     if let Some(other) = facts
         .service_mappings
-        .read(|i| i.other_with(&key, &name).map(String::from))
+        .read(|i| i.other_with(&key, name).map(String::from))
     {
         errors.push(FieldError {
             field: "spec.serviceId".into(),
@@ -678,29 +701,10 @@ pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
 #[cfg(test)]
 mod tests;
 
-/// The AdmissionReview answer as JSON.
+/// The AdmissionReview answer as JSON. Written directly: the fixed parts are literals, the strings
+/// that come from the request or the rules are escaped by serde_json, and the patch is base64 (whose
+/// alphabet needs no escaping), so the usual answer costs one buffer and a copy of the patch.
 pub fn encode_response(resp: Response) -> Result<Vec<u8>, serde_json::Error> {
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Review<'a> {
-        api_version: &'static str,
-        kind: &'static str,
-        response: Answer<'a>,
-    }
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Answer<'a> {
-        uid: &'a str,
-        allowed: bool,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        status: Option<Status<'a>>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        patch_type: Option<&'static str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        patch: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        warnings: Option<&'a [String]>,
-    }
     #[derive(serde::Serialize)]
     struct Status<'a> {
         status: &'static str,
@@ -709,26 +713,41 @@ pub fn encode_response(resp: Response) -> Result<Vec<u8>, serde_json::Error> {
         message: &'a str,
     }
     let patch = resp.patch.as_deref();
-    let mut out = Vec::with_capacity(160 + patch.map_or(0, str::len));
-    serde_json::to_writer(
-        &mut out,
-        &Review {
-            api_version: "admission.k8s.io/v1",
-            kind: "AdmissionReview",
-            response: Answer {
-                uid: &resp.uid,
-                allowed: resp.allowed,
-                status: (!resp.allowed).then_some(Status {
-                    status: "Failure",
-                    code: resp.result.code,
-                    reason: resp.result.reason,
-                    message: &resp.result.message,
-                }),
-                patch_type: patch.map(|_| "JSONPatch"),
-                patch,
-                warnings: resp.warnings.as_deref(),
+    let mut out = Vec::with_capacity(
+        160 + resp.uid.len() + patch.map_or(0, str::len) + resp.result.message.len(),
+    );
+    out.extend_from_slice(
+        br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#,
+    );
+    serde_json::to_writer(&mut out, &resp.uid)?;
+    if resp.allowed {
+        out.extend_from_slice(br#","allowed":true"#);
+    } else {
+        out.extend_from_slice(br#","allowed":false,"status":"#);
+        serde_json::to_writer(
+            &mut out,
+            &Status {
+                status: "Failure",
+                code: resp.result.code,
+                reason: resp.result.reason,
+                message: &resp.result.message,
             },
-        },
-    )?;
+        )?;
+    }
+    if let Some(patch) = patch {
+        debug_assert!(
+            patch
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b))
+        );
+        out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
+        out.extend_from_slice(patch.as_bytes());
+        out.push(b'"');
+    }
+    if let Some(warnings) = &resp.warnings {
+        out.extend_from_slice(br#","warnings":"#);
+        serde_json::to_writer(&mut out, warnings)?;
+    }
+    out.extend_from_slice(b"}}");
     Ok(out)
 }

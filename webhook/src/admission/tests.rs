@@ -532,3 +532,42 @@ fn fields_without_effect_are_named_in_warnings_only_when_the_spec_is_written() {
     assert_eq!(decision, Decision::Allowed);
     assert!(resp.warnings.is_none(), "{:?}", resp.warnings);
 }
+
+#[test]
+fn the_same_spec_written_differently_is_judged_as_a_metadata_only_update() {
+    // Stored under older rules, with a field that would draw a warning.
+    let mut stored = cr_breaking_a_newer_rule();
+    stored["spec"]["ingress"]["annotations"] = json!({"nginx.ingress.kubernetes.io/x": "y"});
+    // The same spec, an absent field instead of an explicit null: other text, equal once parsed.
+    let mut rewritten = stored.clone();
+    if let Some(config) = rewritten["spec"]["config"].as_object_mut() {
+        config.remove("subaccountId");
+    }
+    rewritten["metadata"]["labels"] = json!({"team": "a"});
+    let body = review_body(
+        "ConnectivityProxy",
+        "UPDATE",
+        "alice",
+        rewritten.clone(),
+        Some(stored.clone()),
+    );
+    let (resp, decision) = run(Endpoint::Validate, &body, Facts::default());
+    assert_eq!(decision, Decision::Allowed, "{}", resp.result.message);
+    assert!(resp.warnings.is_none(), "{:?}", resp.warnings);
+    // A real change of that spec is judged by every rule.
+    rewritten["spec"]["config"]["subaccountSubdomain"] = json!("other");
+    let body = review_body(
+        "ConnectivityProxy",
+        "UPDATE",
+        "alice",
+        rewritten,
+        Some(stored),
+    );
+    let (resp, decision) = run(Endpoint::Validate, &body, Facts::default());
+    assert_eq!(decision, Decision::Denied);
+    assert!(
+        resp.result.message.contains("spec.config.subaccountId"),
+        "{}",
+        resp.result.message
+    );
+}

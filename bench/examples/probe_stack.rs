@@ -1,0 +1,110 @@
+//! For profilers (`perf stat -p`, `perf record -p`, `strace -c -p`): the floor or cp-webhook's full
+//! admission router on their own, without an API server (no caches), and a load loop against them.
+//!
+//! `probe_stack serve floor|ours ADDR DIR` writes a CA and a serving certificate into DIR and serves;
+//! `probe_stack load ADDR DIR mutate|validate C SECONDS` loads it closed loop and prints the figures.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use cp_bench::load::{self, Mode, Target};
+use cp_webhook::server::{AppState, admission_router, serve_tls};
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rt = tokio::runtime::Runtime::new()?;
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["serve", which, addr, dir] => rt.block_on(serve(which, addr, dir)),
+        ["load", addr, dir, path, c, secs] => rt.block_on(drive(addr, dir, path, c, secs)),
+        _ => anyhow::bail!(
+            "usage: probe_stack serve floor|ours ADDR DIR | load ADDR DIR mutate|validate C SECONDS"
+        ),
+    }
+}
+
+async fn serve(which: &str, addr: &str, dir: &str) -> anyhow::Result<()> {
+    use cp_certs::{Ca, KeyAlgorithm, LeafSpec};
+    let now = time::OffsetDateTime::now_utc();
+    let ca = Ca::generate(
+        "probe",
+        now,
+        now + time::Duration::days(1),
+        KeyAlgorithm::default(),
+    )?;
+    let ip: std::net::IpAddr = "127.0.0.1".parse()?;
+    let leaf = ca.issue(&LeafSpec::server(
+        "probe",
+        &[],
+        &[ip],
+        now,
+        time::Duration::days(1),
+    ))?;
+    let dir = std::path::Path::new(dir);
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("ca.pem"), &ca.cert_pem)?;
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::write(&cert, &leaf.cert_pem)?;
+    std::fs::write(&key, &leaf.key_pem)?;
+    if which == "floor" {
+        return cp_bench::floor::serve(
+            addr,
+            &cert.display().to_string(),
+            &key.display().to_string(),
+        )
+        .await;
+    }
+    let store = Arc::new(cp_webhook::tls::CertStore::new(
+        leaf.cert_pem.as_bytes(),
+        leaf.key_pem.as_bytes(),
+    )?);
+    let acceptor =
+        tokio_rustls::TlsAcceptor::from(Arc::new(cp_webhook::tls::server_config(store)?));
+    let state = AppState {
+        policy: Arc::new(cp_webhook::privileged::LivePolicy::new(Default::default())),
+        caches: None,
+        metrics: Arc::new(cp_webhook::metrics::Metrics::new()?),
+        serving: Arc::new(AtomicBool::new(true)),
+    };
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    serve_tls(
+        listener,
+        acceptor,
+        admission_router(state),
+        std::future::pending(),
+        Duration::from_secs(1),
+    )
+    .await;
+    Ok(())
+}
+
+async fn drive(addr: &str, dir: &str, path: &str, c: &str, secs: &str) -> anyhow::Result<()> {
+    let body = match path {
+        "validate" => cp_bench::reviews::validate_update()?,
+        _ => cp_bench::reviews::mutate_create()?,
+    };
+    let target = Target {
+        addr: addr.to_string(),
+        path: format!("/{path}"),
+        body: body.into(),
+        ca_pem: std::fs::read_to_string(std::path::Path::new(dir).join("ca.pem"))?,
+    };
+    let stats = load::run(
+        &target,
+        Mode::Closed(c.parse()?),
+        Duration::from_secs(1),
+        Duration::from_secs(secs.parse()?),
+        std::process::id(),
+    )
+    .await?;
+    println!(
+        "{} requests, {:.0}/s, p50 {} µs, p99 {} µs, errors {}",
+        stats.requests, stats.rps, stats.p50_us, stats.p99_us, stats.errors
+    );
+    Ok(())
+}
