@@ -82,17 +82,21 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
 
-    if let Ok(Some(patch)) = admission::mutate(&req) {
-        let object = req.object.as_ref().expect("a patch without an object");
-        let mut patched = serde_json::to_value(object).expect("the object serialises");
-        json_patch::patch(&mut patched, &patch)
-            .expect("the defaulting patch applies to the object it was computed from");
-        let mut again = req.clone();
-        again.object = Some(serde_json::from_value(patched).expect("the patched object decodes"));
-        assert!(
-            matches!(admission::mutate(&again), Ok(None)),
-            "a defaulted object needs no second patch"
-        );
+    if let Ok(Some(defaulting)) = admission::mutate(&req) {
+        // The patch applies to the object it was computed from, and the patched object needs no
+        // second patch. (A body the webhook decodes but serde_json's Value refuses, e.g. a number
+        // out of f64 range in a skipped field, is left out of this check.)
+        if let Ok(mut review) = serde_json::from_slice::<serde_json::Value>(data) {
+            let object = &mut review["request"]["object"];
+            json_patch::patch(object, &defaulting.patch())
+                .expect("the defaulting patch applies to the object it was computed from");
+            let body = serde_json::to_vec(&review).expect("the patched review encodes");
+            let again = admission::decode(&body).expect("the patched review decodes");
+            assert!(
+                matches!(admission::mutate(&again), Ok(None)),
+                "a defaulted object needs no second patch"
+            );
+        }
     }
 
     for facts in facts() {
@@ -104,7 +108,8 @@ fuzz_target!(|data: &[u8]| {
             Endpoint::ValidateServiceMapping,
         ] {
             let (resp, _decision) = admission::review(endpoint, &req, policy(), &|| facts.clone());
-            serde_json::to_vec(&resp.into_review()).expect("the AdmissionReview response encodes");
+            let answer = admission::encode_response(resp).expect("the AdmissionReview answer encodes");
+            serde_json::from_slice::<serde_json::Value>(&answer).expect("the answer is JSON");
         }
     }
 });
