@@ -2,7 +2,8 @@
 //! admission router on their own, without an API server (no caches), and a load loop against them.
 //!
 //! `probe_stack serve floor|ours ADDR DIR` writes a CA and a serving certificate into DIR and serves;
-//! `probe_stack load ADDR DIR mutate|validate C SECONDS` loads it closed loop and prints the figures.
+//! `probe_stack load ADDR DIR mutate|validate C|open:RATE SECONDS` loads it (closed loop on C
+//! connections, or open loop at RATE requests per second) and prints the figures.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -13,7 +14,14 @@ use cp_webhook::server::{AppState, admission_router, serve_tls};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let rt = tokio::runtime::Runtime::new()?;
+    // PROBE_RT=current: a current-thread runtime instead of cp-webhook's multi-thread one.
+    let rt = if std::env::var("PROBE_RT").is_ok_and(|v| v == "current") {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Runtime::new()?
+    };
     match args
         .iter()
         .map(String::as_str)
@@ -96,7 +104,10 @@ async fn drive(addr: &str, dir: &str, path: &str, c: &str, secs: &str) -> anyhow
     };
     let stats = load::run(
         &target,
-        Mode::Closed(c.parse()?),
+        match c.strip_prefix("open:") {
+            Some(rate) => Mode::Open(rate.parse()?),
+            None => Mode::Closed(c.parse()?),
+        },
         Duration::from_secs(1),
         Duration::from_secs(secs.parse()?),
         std::process::id(),

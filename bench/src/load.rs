@@ -127,6 +127,68 @@ pub async fn probe(target: &Target) -> anyhow::Result<(bool, Bytes)> {
     send(&mut sender, target).await
 }
 
+/// The load generator under SCHED_FIFO while an open loop runs: its threads at priority 40, the pacing
+/// thread above them at 50. Under CFS, the pacing thread and the client's tokio workers share their
+/// core by time slices, so a send or an answer's read can wait for another thread's slice: up to a
+/// millisecond added to the measured latency of every server alike. Real-time, each runs as soon as
+/// it is woken. The servers stay as deployed (CFS, in the Deployment's CPU limit). Every thread of
+/// the process goes back to SCHED_OTHER on drop.
+pub struct Realtime {
+    applied: bool,
+}
+
+impl Realtime {
+    /// Raises every thread of this process (best effort; `applied` says whether it worked).
+    pub fn load_generator() -> Self {
+        let tids = own_threads();
+        let applied = !tids.is_empty() && tids.iter().all(|t| chrt(&["-f", "-p", "40", t]));
+        if !applied {
+            eprintln!(
+                "the load generator could not get SCHED_FIFO (chrt); latency figures include its own scheduling"
+            );
+        }
+        Realtime { applied }
+    }
+
+    /// Whether every thread got SCHED_FIFO.
+    pub fn applied(&self) -> bool {
+        self.applied
+    }
+}
+
+impl Drop for Realtime {
+    fn drop(&mut self) {
+        // Threads started meanwhile inherited the policy: reset them all.
+        for t in own_threads() {
+            chrt(&["-o", "-p", "0", &t]);
+        }
+    }
+}
+
+fn own_threads() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn chrt(args: &[&str]) -> bool {
+    std::process::Command::new("chrt")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The calling thread's id.
+fn own_tid() -> Option<String> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    Some(link.file_name()?.to_str()?.to_string())
+}
+
 /// User + system CPU time of process `pid` (all its threads, living and exited), in µs.
 pub fn process_cpu_us(pid: u32) -> anyhow::Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -326,10 +388,18 @@ async fn open(
     let idle = Arc::new(Mutex::new(idle));
     let window = Arc::new(Mutex::new(Window::default()));
     let extra = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // CP_BENCH_FIFO=0 leaves the load generator under CFS (to see what real-time scheduling changes).
+    let realtime = std::env::var("CP_BENCH_FIFO").map_or(true, |v| v != "0");
+    let fifo = realtime.then(Realtime::load_generator);
+    let realtime = fifo.as_ref().is_some_and(Realtime::applied);
     let handle = tokio::runtime::Handle::current();
     let interval = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
     let (target, shared) = (target.clone(), (idle, window.clone(), extra.clone()));
     let pacer = std::thread::spawn(move || {
+        if realtime && let Some(tid) = own_tid() {
+            // Above the client's workers: a send is never late for their sake.
+            chrt(&["-f", "-p", "50", &tid]);
+        }
         let mut spawned = Vec::new();
         let mut due = start;
         while due < end {
@@ -382,6 +452,7 @@ async fn open(
     for t in spawned {
         t.await?;
     }
+    drop(fifo);
     let w = std::mem::take(
         &mut *window
             .lock()

@@ -601,7 +601,9 @@ pub fn render(r: &Results) -> String {
          its start: tokio and the Go runtime each size themselves to one core), the load generator to CPU {CLIENT_CPU}{}. \
          During a run only the server under test runs: the other two servers, etcd, the API server and the controller \
          manager are stopped (SIGSTOP). Each cell ran {} time(s), interleaved (every cell once, then again); figures are \
-         the median and, in brackets, the range. Closed-loop runs measure {:.0} s after a warm-up; open-loop runs {:.0} s. \
+         the median and, in brackets, the range. Closed-loop runs measure {:.0} s after a warm-up; open-loop runs {:.0} s, \
+         with the load generator's threads under SCHED_FIFO (`chrt`; the pacing thread above the client's workers) so \
+         that its own time slicing does not add to the latency it measures; the servers stay under CFS. \
          **Server CPU per request** is the server's utime + stime (`/proc/<pid>/stat`) over the measured window divided \
          by the requests answered in it.\n",
         if r.pinned {
