@@ -5,12 +5,10 @@
 //! `probe_stack load ADDR DIR mutate|validate C|open:RATE SECONDS` loads it (closed loop on C
 //! connections, or open loop at RATE requests per second) and prints the figures.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use cp_bench::load::{self, Mode, Target};
-use cp_webhook::server::{AppState, admission_router, serve_tls};
+use cp_webhook::server::admission_router;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -31,7 +29,7 @@ fn main() -> anyhow::Result<()> {
         ["serve", which, addr, dir] => rt.block_on(serve(which, addr, dir)),
         ["load", addr, dir, path, c, secs] => rt.block_on(drive(addr, dir, path, c, secs)),
         _ => anyhow::bail!(
-            "usage: probe_stack serve floor|ours ADDR DIR | load ADDR DIR mutate|validate C SECONDS"
+            "usage: probe_stack serve floor|ours ADDR DIR | load ADDR DIR mutate|validate C|open:RATE SECONDS"
         ),
     }
 }
@@ -59,36 +57,12 @@ async fn serve(which: &str, addr: &str, dir: &str) -> anyhow::Result<()> {
     let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
     std::fs::write(&cert, &leaf.cert_pem)?;
     std::fs::write(&key, &leaf.key_pem)?;
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
     if which == "floor" {
-        return cp_bench::floor::serve(
-            addr,
-            &cert.display().to_string(),
-            &key.display().to_string(),
-        )
-        .await;
+        cp_bench::floor::serve(addr, &cert, &key).await
+    } else {
+        cp_bench::floor::serve_with(addr, &cert, &key, admission_router).await
     }
-    let store = Arc::new(cp_webhook::tls::CertStore::new(
-        leaf.cert_pem.as_bytes(),
-        leaf.key_pem.as_bytes(),
-    )?);
-    let acceptor =
-        tokio_rustls::TlsAcceptor::from(Arc::new(cp_webhook::tls::server_config(store)?));
-    let state = AppState {
-        policy: Arc::new(cp_webhook::privileged::LivePolicy::new(Default::default())),
-        caches: None,
-        metrics: Arc::new(cp_webhook::metrics::Metrics::new()?),
-        serving: Arc::new(AtomicBool::new(true)),
-    };
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    serve_tls(
-        listener,
-        acceptor,
-        admission_router(state),
-        std::future::pending(),
-        Duration::from_secs(1),
-    )
-    .await;
-    Ok(())
 }
 
 async fn drive(addr: &str, dir: &str, path: &str, c: &str, secs: &str) -> anyhow::Result<()> {

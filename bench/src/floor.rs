@@ -82,8 +82,23 @@ async fn handle(
     ([(header::CONTENT_TYPE, "application/json")], out).into_response()
 }
 
-/// Serves on `addr` with the certificate and key files until the process ends.
+/// Serves the floor on `addr` with the certificate and key files until the process ends.
 pub async fn serve(addr: &str, cert_file: &str, key_file: &str) -> anyhow::Result<()> {
+    let answers = Arc::new(answers()?);
+    serve_with(addr, cert_file, key_file, move |state| {
+        router_with(state, move |e, s, b| handle(answers.clone(), e, s, b))
+    })
+    .await
+}
+
+/// Serves the router `make` builds on `addr` over TLS (cp-webhook's `serve_tls`) with the certificate
+/// and key files, without an API server (no caches, serving from the start), until the process ends.
+pub async fn serve_with(
+    addr: &str,
+    cert_file: &str,
+    key_file: &str,
+    make: impl FnOnce(AppState) -> axum::Router,
+) -> anyhow::Result<()> {
     let (cert, key) = cp_webhook::tls::read_files(&cert_file.into(), &key_file.into())?;
     let store = Arc::new(cp_webhook::tls::CertStore::new(&cert, &key)?);
     let acceptor =
@@ -94,13 +109,11 @@ pub async fn serve(addr: &str, cert_file: &str, key_file: &str) -> anyhow::Resul
         metrics: Arc::new(cp_webhook::metrics::Metrics::new()?),
         serving: Arc::new(AtomicBool::new(true)),
     };
-    let answers = Arc::new(answers()?);
-    let router = router_with(state, move |e, s, b| handle(answers.clone(), e, s, b));
     let listener = tokio::net::TcpListener::bind(addr).await?;
     serve_tls(
         listener,
         acceptor,
-        router,
+        make(state),
         std::future::pending(),
         Duration::from_secs(1),
     )
