@@ -35,22 +35,14 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(which: &str, addr: &str, dir: &str) -> anyhow::Result<()> {
-    use cp_certs::{Ca, KeyAlgorithm, LeafSpec};
     let now = time::OffsetDateTime::now_utc();
-    let ca = Ca::generate(
+    let ca = cp_certs::Ca::generate(
         "probe",
         now,
         now + time::Duration::days(1),
-        KeyAlgorithm::default(),
+        cp_certs::KeyAlgorithm::default(),
     )?;
-    let ip: std::net::IpAddr = "127.0.0.1".parse()?;
-    let leaf = ca.issue(&LeafSpec::server(
-        "probe",
-        &[],
-        &[ip],
-        now,
-        time::Duration::days(1),
-    ))?;
+    let leaf = cp_tests::webhook::serving_cert(&ca, time::Duration::days(1))?;
     let dir = std::path::Path::new(dir);
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("ca.pem"), &ca.cert_pem)?;

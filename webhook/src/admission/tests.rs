@@ -571,3 +571,28 @@ fn the_same_spec_written_differently_is_judged_as_a_metadata_only_update() {
         resp.result.message
     );
 }
+
+#[test]
+fn the_answer_escapes_what_comes_from_the_request_and_carries_warnings() {
+    // A uid with JSON escapes (decoded into an owned string) comes back intact.
+    let body = review_body("ConnectivityProxy", "CREATE", "alice", defaulted_cr(), None);
+    let mut review: Value = serde_json::from_slice(&body).expect("json");
+    review["request"]["uid"] = json!("a\"b\\c\u{e9}");
+    review["request"]["namespace"] = json!("team-\"a\"");
+    let body = serde_json::to_vec(&review).expect("json");
+    let (resp, decision) = run(Endpoint::Validate, &body, Facts::default());
+    assert_eq!(decision, Decision::Allowed);
+    let ours: Value =
+        serde_json::from_slice(&encode_response(resp).expect("encodes")).expect("json");
+    assert_eq!(ours["response"]["uid"], "a\"b\\c\u{e9}");
+    assert_eq!(ours["response"]["allowed"], true);
+    let warnings = ours["response"]["warnings"].as_array().expect("warnings");
+    assert!(
+        warnings.len() == 1
+            && warnings[0]
+                .as_str()
+                .is_some_and(|w| w.contains("team-\"a\"")),
+        "{ours}"
+    );
+    assert!(ours["response"].get("patch").is_none(), "{ours}");
+}
