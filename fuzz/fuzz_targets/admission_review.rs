@@ -100,7 +100,7 @@ fuzz_target!(|data: &[u8]| {
     }
 
     for facts in facts() {
-        let _ = admission::validate_cp(&req, policy(), facts);
+        let _ = admission::validate_cp(&req, policy(), &|| facts.clone());
         let _ = admission::validate_sm(&req, facts);
         for endpoint in [
             Endpoint::Mutate,

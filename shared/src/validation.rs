@@ -50,16 +50,20 @@ pub struct ClusterFacts {
     pub service_mappings: Vec<String>,
 }
 
-/// What the rules about a change read of the stored spec (`spec.secretConfig` and
-/// `spec.config.serviceChannels`). The webhook parses it straight from the stored object's text, the
-/// rest of which it never builds; [`From`] takes it from a typed spec.
+/// What admission reads of the stored spec: what the rules about a change read (`spec.secretConfig`
+/// and `spec.config.serviceChannels`) and the text of `spec.deployment` (for the protected-field
+/// check), borrowed. The webhook parses it straight from the stored object's text in one pass, the
+/// rest of which it never builds; [`From`] takes the rules' part from a typed spec.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Stored {
+pub struct Stored<'a> {
     #[serde(default)]
     config: StoredConfig,
     #[serde(default)]
     secret_config: Option<SecretConfig>,
+    /// `spec.deployment` as stored (`None` when absent or null; always `None` from a typed spec).
+    #[serde(default, borrow)]
+    pub deployment: Option<&'a serde_json::value::RawValue>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -69,18 +73,19 @@ struct StoredConfig {
     service_channels: Option<ServiceChannels>,
 }
 
-impl From<&ConnectivityProxySpec> for Stored {
+impl From<&ConnectivityProxySpec> for Stored<'static> {
     fn from(spec: &ConnectivityProxySpec) -> Self {
         Stored {
             config: StoredConfig {
                 service_channels: spec.config.service_channels.clone(),
             },
             secret_config: spec.secret_config.clone(),
+            deployment: None,
         }
     }
 }
 
-impl Stored {
+impl Stored<'_> {
     /// Connectivity service secret name and data.
     pub fn connectivity_secret(&self) -> (String, Option<String>) {
         connectivity_secret(self.secret_config.as_ref())
@@ -172,7 +177,7 @@ impl ConnectivityProxySpec {
 
     /// Validates every cross-field rule. `old` is what the rules about a change read of the stored
     /// spec, on update.
-    pub fn validate(&self, old: Option<&Stored>, facts: &ClusterFacts) -> Vec<FieldError> {
+    pub fn validate(&self, old: Option<&Stored<'_>>, facts: &ClusterFacts) -> Vec<FieldError> {
         let mut errors = Vec::new();
         let cfg = &self.config;
         let dedicated = self.tenant_mode() == "dedicated";

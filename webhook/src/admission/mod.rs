@@ -298,7 +298,7 @@ pub fn review(
                 .map_err(|e| (500, "InternalError", e)),
             None => Ok((None, None, Decision::Allowed)),
         }),
-        Endpoint::Validate => validate_cp(req, policy, &facts()).map(|ignored| {
+        Endpoint::Validate => validate_cp(req, policy, facts).map(|ignored| {
             let warnings: Vec<String> = outside_module_namespace(req)
                 .into_iter()
                 .chain(ignored)
@@ -371,34 +371,28 @@ fn deleting(req: &Request) -> bool {
         .is_some_and(|o| o.metadata.deletion_timestamp.is_some())
 }
 
-/// Parses a spec's text into its typed form in one pass and refuses fields the type does not know
-/// (the API server prunes unknown fields, so an unknown field here means a request that bypassed it
-/// or a schema mismatch); every unknown field is named with its path.
-fn typed_spec<S: serde::de::DeserializeOwned>(raw: &RawValue, which: &str) -> Result<S, Denial> {
-    let mut unknown = Vec::new();
-    let mut de = serde_json::Deserializer::from_str(raw.get());
-    let parsed: S = serde_ignored::deserialize(&mut de, |path| unknown.push(field_path(&path)))
-        .map_err(|e| invalid(format!("{which}: spec: {e}")))?;
-    if !unknown.is_empty() {
-        return Err(invalid(format!(
-            "{which} has unknown fields: {}",
+/// Parses a spec's text into its typed form and refuses fields the type does not know (the API
+/// server prunes unknown fields, so an unknown field here means a request that bypassed it or a
+/// schema mismatch). The parse only notices a skipped field; the fields are then named with their
+/// paths by a walk against the CRD schema (`shape`), so the usual request pays for one typed parse.
+fn typed_spec<S: serde::de::DeserializeOwned>(
+    raw: &RawValue,
+    shape: &known::Shape,
+    which: &str,
+) -> Result<S, Denial> {
+    let spec_error = |e: serde_json::Error| invalid(format!("{which}: spec: {e}"));
+    let (parsed, skipped) = noting::from_str(raw.get()).map_err(spec_error)?;
+    if skipped {
+        let unknown = known::unknown(raw.get(), shape).map_err(spec_error)?;
+        // The schema is generated from the type; should they ever disagree, the field still is refused.
+        let named = if unknown.is_empty() {
+            "a field of the spec that its schema cannot name".to_string()
+        } else {
             unknown.join(", ")
-        )));
+        };
+        return Err(invalid(format!("{which} has unknown fields: {named}")));
     }
     Ok(parsed)
-}
-
-/// `spec.a.b[0].c` for a field serde skipped.
-fn field_path(path: &serde_ignored::Path) -> String {
-    use serde_ignored::Path;
-    match path {
-        Path::Root => "spec".to_string(),
-        Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
-        Path::Map { parent, key } => format!("{}.{key}", field_path(parent)),
-        Path::Some { parent }
-        | Path::NewtypeStruct { parent }
-        | Path::NewtypeVariant { parent } => field_path(parent),
-    }
 }
 
 /// The text of `spec.deployment` (`None` when absent or null), read without parsing the rest.
@@ -519,20 +513,19 @@ pub fn mutate(req: &Request) -> Result<Option<Defaulting>, Denial> {
 }
 
 /// Refuses a change of `spec.deployment` by anyone but the operator and the privileged identities.
-/// `old` is the stored spec (`None` on CREATE: compared with this release's defaults).
+/// `old_d` is the stored spec's `spec.deployment` text (`None` on CREATE: compared with this
+/// release's defaults; `Some(None)` when the stored spec has none), `new_d` the new one's.
 fn protected_fields(
     req: &Request,
     policy: &Policy,
-    old: Option<&RawValue>,
-    new: &RawValue,
+    old_d: Option<Option<&RawValue>>,
+    new_d: Option<&RawValue>,
 ) -> Result<(), Denial> {
     let user = req.user_info.username.as_deref().unwrap_or_default();
     let groups = req.user_info.groups.as_deref().unwrap_or_default();
     if policy.privileged.allows(user, groups) {
         return Ok(());
     }
-    let new_d = deployment_raw(new)?;
-    let old_d = old.map(deployment_raw).transpose()?;
     if let (Some(a), Some(b)) = (old_d.flatten(), new_d)
         && a.get() == b.get()
     {
@@ -580,7 +573,11 @@ fn outside_module_namespace(req: &Request) -> Option<String> {
 
 /// Validates a ConnectivityProxy: protected fields, then every cross-field rule. Returns the warnings
 /// for accepted fields that have no effect (only when the spec is written, not on metadata-only updates).
-pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<Vec<String>, Denial> {
+pub fn validate_cp(
+    req: &Request,
+    policy: &Policy,
+    facts: &dyn Fn() -> Facts,
+) -> Result<Vec<String>, Denial> {
     let new_raw = spec_raw(req.object.as_ref(), "object")?;
     if same_spec_text(req, new_raw) {
         // Finalizers, labels and annotations: nothing in the spec, so nothing protected, changed.
@@ -593,9 +590,11 @@ pub fn validate_cp(req: &Request, policy: &Policy, facts: &Facts) -> Result<Vec<
     if deleting(req) {
         // A CR on its way out: only the protected-field check applies, so deletion never hangs on a
         // newer rule.
-        return protected_fields(req, policy, old_raw, new_raw).map(|()| vec![]);
+        let old_d = old_raw.map(deployment_raw).transpose()?;
+        return protected_fields(req, policy, old_d, deployment_raw(new_raw)?).map(|()| vec![]);
     }
-    let new: ConnectivityProxySpec = typed_spec(new_raw, "object")?;
+    let new: ConnectivityProxySpec =
+        typed_spec(new_raw, &known::CONNECTIVITY_PROXY_SPEC, "object")?;
     match check_cp(req, policy, facts, old_raw, new_raw, &new) {
         Ok(warnings) if warnings.is_empty() => Ok(warnings),
         // The same spec written differently: a metadata-only update of a CR that may have been stored
@@ -616,24 +615,30 @@ fn same_typed_spec(old: Option<&RawValue>, new: &ConnectivityProxySpec) -> bool 
 fn check_cp(
     req: &Request,
     policy: &Policy,
-    facts: &Facts,
+    facts: &dyn Fn() -> Facts,
     old_raw: Option<&RawValue>,
     new_raw: &RawValue,
     new: &ConnectivityProxySpec,
 ) -> Result<Vec<String>, Denial> {
-    // The stored object was admitted before: only what the rules about a change read is parsed, with
-    // no unknown-field check.
+    // The stored object was admitted before: only what the rules about a change and the protected
+    // fields read is parsed (in one pass), with no unknown-field check.
     let old: Option<Stored> = old_raw
         .map(|o| serde_json::from_str(o.get()))
         .transpose()
         .map_err(|e| invalid(format!("oldObject: spec: {e}")))?;
-    protected_fields(req, policy, old_raw, new_raw)?;
-    // Mapping names matter only to the rule about switching service channels off: list them only then.
+    protected_fields(
+        req,
+        policy,
+        old.as_ref().map(|o| o.deployment),
+        deployment_raw(new_raw)?,
+    )?;
+    // Mapping names matter only to the rule about switching service channels off: list them (and ask
+    // for the facts at all) only then.
     let cluster = ClusterFacts {
         service_mappings: if new.service_channels_enabled() {
             vec![]
         } else {
-            facts.service_mappings.read(|i| i.names())
+            facts().service_mappings.read(|i| i.names())
         },
     };
     let errors: Vec<FieldError> = new.validate(old.as_ref(), &cluster);
@@ -656,7 +661,7 @@ pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
         // writable and deletable.
         return Ok(());
     }
-    let spec: ServiceMappingSpec = typed_spec(raw, "object")?;
+    let spec: ServiceMappingSpec = typed_spec(raw, &known::SERVICE_MAPPING_SPEC, "object")?;
     let unchanged = matches!(req.operation, Operation::Update)
         && req
             .old_object
@@ -697,6 +702,9 @@ pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
         )))
     }
 }
+
+mod known;
+mod noting;
 
 #[cfg(test)]
 mod tests;
