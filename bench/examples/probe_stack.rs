@@ -10,7 +10,16 @@ use std::time::Duration;
 use cp_bench::load::{self, Mode, Target};
 use cp_webhook::server::admission_router;
 
+/// cp-webhook's allocator, so the figures are the shipped binary's.
+#[global_allocator]
+static ALLOCATOR: cp_webhook::memory::Allocator = cp_webhook::memory::ALLOCATOR;
+
 fn main() -> anyhow::Result<()> {
+    if std::env::var("PROBE_THP").is_err()
+        && let Err(e) = cp_webhook::memory::no_huge_pages()
+    {
+        eprintln!("{e}");
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     // PROBE_RT=current: a current-thread runtime instead of cp-webhook's multi-thread one.
     let rt = if std::env::var("PROBE_RT").is_ok_and(|v| v == "current") {

@@ -11,9 +11,18 @@ use std::time::Instant;
 
 use anyhow::Context;
 
+/// The floor server runs in this binary: it allocates like cp-webhook (`cp_webhook::memory`), so the
+/// two compare on the same allocator. The load generator shares it.
+#[global_allocator]
+static ALLOCATOR: cp_webhook::memory::Allocator = cp_webhook::memory::ALLOCATOR;
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("floor") {
+        // As cp-webhook starts.
+        if let Err(e) = cp_webhook::memory::no_huge_pages() {
+            eprintln!("{e}");
+        }
         let [_, addr, cert, key] = args.as_slice() else {
             anyhow::bail!("usage: cp-bench floor ADDR CERT KEY");
         };

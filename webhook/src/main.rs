@@ -10,6 +10,10 @@ use anyhow::Context;
 use clap::Parser;
 use cp_api::policy::PrivilegedIdentities;
 use cp_webhook::cache::Caches;
+
+/// mimalloc, not glibc's malloc: `cp_webhook::memory` says why.
+#[global_allocator]
+static ALLOCATOR: cp_webhook::memory::Allocator = cp_webhook::memory::ALLOCATOR;
 use cp_webhook::metrics::Metrics;
 use cp_webhook::server::{AppState, admission_router, metrics_router, serve_tls};
 use cp_webhook::tls::{self, CertStore};
@@ -92,6 +96,9 @@ async fn run() -> anyhow::Result<()> {
         )
         .json()
         .init();
+    if let Err(e) = cp_webhook::memory::no_huge_pages() {
+        tracing::warn!(error = %e, "transparent huge pages stay on (more memory, nothing else)");
+    }
     let args = Args::parse();
     let metrics = Arc::new(Metrics::new()?);
     let client = kube::Client::try_default()
