@@ -10,13 +10,13 @@ use anyhow::Context;
 use clap::Parser;
 use cp_api::policy::PrivilegedIdentities;
 use cp_webhook::cache::Caches;
+use cp_webhook::metrics::Metrics;
+use cp_webhook::server::{AppState, admission_router, metrics_router, serve_tls};
+use cp_webhook::tls::{self, CertStore};
 
 /// mimalloc, not glibc's malloc: `cp_webhook::memory` says why.
 #[global_allocator]
 static ALLOCATOR: cp_webhook::memory::Allocator = cp_webhook::memory::ALLOCATOR;
-use cp_webhook::metrics::Metrics;
-use cp_webhook::server::{AppState, admission_router, metrics_router, serve_tls};
-use cp_webhook::tls::{self, CertStore};
 
 /// Admission webhook of the Connectivity Proxy module operator.
 #[derive(Parser, Debug)]

@@ -23,9 +23,10 @@ pub type Allocator = mimalloc::MiMalloc;
 /// Its value, for `#[global_allocator] static A: Allocator = ALLOCATOR;`.
 pub const ALLOCATOR: Allocator = mimalloc::MiMalloc;
 
-/// Turns transparent huge pages off for this process (`PR_SET_THP_DISABLE`), first thing in `main`.
-/// The kernel checks the flag at every page fault, so it also covers the regions reserved before
-/// `main`. Failing (a kernel without the call) costs memory, nothing else.
+/// Turns transparent huge pages off for this process (`PR_SET_THP_DISABLE`), early in `main`. The
+/// kernel checks the flag at each page fault: pages touched before the call keep what they got (with
+/// the `no_thp` build, nothing asked for huge pages by then; only a node with THP `always` gives a few).
+/// Failing (a kernel without the call) costs memory, nothing else.
 pub fn no_huge_pages() -> Result<(), String> {
     nix::sys::prctl::set_thp_disable(true).map_err(|e| format!("PR_SET_THP_DISABLE: {e}"))
 }
