@@ -15,6 +15,7 @@ use cp_webhook::server::admission_router;
 static ALLOCATOR: cp_webhook::memory::Allocator = cp_webhook::memory::ALLOCATOR;
 
 fn main() -> anyhow::Result<()> {
+    // As cp-webhook starts; PROBE_THP=1 leaves transparent huge pages on (to see what they cost).
     if std::env::var("PROBE_THP").is_err()
         && let Err(e) = cp_webhook::memory::no_huge_pages()
     {
