@@ -61,6 +61,11 @@ pub struct Stats {
     pub cpu_us: f64,
     /// Connections the open loop had to add because every open one was busy.
     pub extra_connections: usize,
+    /// Share of the machine's CPU time the hypervisor gave to other guests during the measured
+    /// window (`steal` in `/proc/stat`), percent.
+    pub steal_pct: f64,
+    /// Attempts the bench made at this run (it repeats runs with steal); 1 from [`run`].
+    pub attempts: u32,
 }
 
 /// What to send where.
@@ -208,6 +213,49 @@ pub fn process_cpu_us(pid: u32) -> anyhow::Result<u64> {
     Ok((ticks(11)? + ticks(12)?) * 1_000_000 / clock_ticks())
 }
 
+/// The machine's CPU time so far, from the first line of `/proc/stat`, in clock ticks.
+#[derive(Clone, Copy, Debug)]
+pub struct CpuTicks {
+    /// Every state's ticks added up.
+    pub total: u64,
+    /// Ticks stolen by the hypervisor.
+    pub steal: u64,
+}
+
+impl CpuTicks {
+    /// The share of `total` stolen since `earlier`, percent.
+    pub fn since(&self, earlier: CpuTicks) -> f64 {
+        let total = self.total.saturating_sub(earlier.total);
+        if total == 0 {
+            return 0.0;
+        }
+        100.0 * self.steal.saturating_sub(earlier.steal) as f64 / total as f64
+    }
+}
+
+/// Reads the machine's CPU ticks (all CPUs) from `/proc/stat`.
+pub fn machine_steal() -> anyhow::Result<CpuTicks> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    parse_cpu_ticks(&stat).ok_or_else(|| anyhow::anyhow!("/proc/stat: no cpu line"))
+}
+
+/// The `cpu` line of `/proc/stat`: user nice system idle iowait irq softirq steal guest
+/// guest_nice (guest time is already counted in user, so it is left out of the total).
+fn parse_cpu_ticks(stat: &str) -> Option<CpuTicks> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let steal = *v.get(7)?;
+    Some(CpuTicks {
+        total: v.iter().take(8).sum(),
+        steal,
+    })
+}
+
 /// A process's memory from `/proc/<pid>/status`, KiB.
 #[derive(Clone, Copy, Debug)]
 pub struct ProcMemory {
@@ -275,16 +323,18 @@ pub async fn run(
     let cpu = tokio::spawn(async move {
         tokio::time::sleep_until(measure_from.into()).await;
         let a = process_cpu_us(server_pid);
+        let steal_a = machine_steal();
         tokio::time::sleep_until(end.into()).await;
         let b = process_cpu_us(server_pid);
-        Ok::<_, anyhow::Error>(b?.saturating_sub(a?))
+        let steal_b = machine_steal();
+        Ok::<_, anyhow::Error>((b?.saturating_sub(a?), steal_b?.since(steal_a?)))
     });
     let (window, extra_connections) = match mode {
         Mode::Closed(c) => (closed(target, c, false, measure_from, end).await?, 0),
         Mode::Fresh(c) => (closed(target, c, true, measure_from, end).await?, 0),
         Mode::Open(rate) => open(target, rate, start, measure_from, end).await?,
     };
-    let cpu_us = cpu.await??;
+    let (cpu_us, steal_pct) = cpu.await??;
     let mut all = window.lat;
     all.sort_unstable();
     let pct = |p: f64| -> u64 {
@@ -304,6 +354,8 @@ pub async fn run(
         max_us: all.last().map(|v| u64::from(*v)).unwrap_or(0),
         cpu_us: cpu_us as f64 / all.len().max(1) as f64,
         extra_connections,
+        steal_pct,
+        attempts: 1,
     })
 }
 
@@ -459,4 +511,20 @@ async fn open(
             .map_err(|_| anyhow::anyhow!("latency lock poisoned"))?,
     );
     Ok((w, extra.load(std::sync::atomic::Ordering::Relaxed)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steal_is_the_share_of_every_state_but_guest() {
+        let a = parse_cpu_ticks("cpu  100 0 50 800 10 0 5 35 7 0\ncpu0 1 2 3\n").unwrap();
+        assert_eq!((a.total, a.steal), (1000, 35));
+        let b = parse_cpu_ticks("cpu  150 0 60 870 10 0 5 105 9 0\n").unwrap();
+        assert!((b.since(a) - 35.0).abs() < 1e-9, "{}", b.since(a));
+        assert_eq!(a.since(a), 0.0);
+        assert!(parse_cpu_ticks("intr 1 2\n").is_none());
+        assert!(parse_cpu_ticks("cpu  1 2 x\n").is_none());
+    }
 }

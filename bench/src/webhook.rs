@@ -28,6 +28,15 @@ use crate::reviews;
 
 /// Repeats of every cell in a full run.
 pub const REPEATS: usize = 5;
+/// A run during which the hypervisor gave more than this share of the machine's CPU time to other
+/// guests (`steal` in `/proc/stat`), percent, is run again: a latency measured while the core is
+/// taken away measures the host's neighbours, not the server.
+pub const STEAL_MAX_PCT: f64 = 1.0;
+/// Attempts at one run in a full run; when none stays under [`STEAL_MAX_PCT`], the least-stolen is
+/// kept (and its steal shown).
+pub const ATTEMPTS: u32 = 4;
+/// How long an attempt waits for a quiet moment (a half second without steal) before it starts.
+const QUIET_WAIT: Duration = Duration::from_secs(20);
 /// ServiceMappings in the cluster (and in the webhook's uniqueness index) during the runs.
 pub const MAPPINGS: usize = 10_000;
 /// Open-loop rates, requests per second.
@@ -63,6 +72,7 @@ pub struct Results {
     names: Vec<&'static str>,
     runs: BTreeMap<(usize, usize), Vec<Stats>>,
     repeats: usize,
+    attempts: u32,
     measure: Duration,
     open_measure: Duration,
     pinned: bool,
@@ -72,6 +82,24 @@ pub struct Results {
     rss: Option<load::ProcMemory>,
     profile: Result<String, String>,
     gogc: String,
+}
+
+/// Waits until half a second passes without steal, or [`QUIET_WAIT`] has passed.
+async fn wait_for_quiet() {
+    let deadline = tokio::time::Instant::now() + QUIET_WAIT;
+    let Ok(mut before) = load::machine_steal() else {
+        return;
+    };
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let Ok(now) = load::machine_steal() else {
+            return;
+        };
+        if now.steal == before.steal {
+            return;
+        }
+        before = now;
+    }
 }
 
 /// Sends `sig` to `pid`.
@@ -431,8 +459,9 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
             }
         }
     }
-    let (repeats, warmup, measure, open_measure) = if quick {
+    let (repeats, attempts, warmup, measure, open_measure) = if quick {
         (
+            1,
             1,
             Duration::from_millis(200),
             Duration::from_secs(1),
@@ -441,6 +470,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
     } else {
         (
             REPEATS,
+            ATTEMPTS,
             Duration::from_millis(300),
             Duration::from_secs(2),
             Duration::from_secs(3),
@@ -463,41 +493,60 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
             for (ci, cell) in cells.iter().enumerate() {
                 for &si in &cell.servers {
                     let pid = servers[si].pid;
-                    signal(pid, "CONT");
-                    let limited = match (&limit, cell.limited) {
-                        (Ok((_, l)), true) => {
-                            l.enter(pid)?;
-                            Some(l)
-                        }
-                        _ => None,
-                    };
                     let m = if matches!(cell.mode, Mode::Open(_)) {
                         open_measure
                     } else {
                         measure
                     };
-                    let stats = load::run(
-                        &target(si, cell.path, &cell.body),
-                        cell.mode,
-                        warmup,
-                        m,
-                        pid,
-                    )
-                    .await;
-                    if let Some(l) = limited {
-                        l.leave(pid)?;
+                    let mut kept: Option<Stats> = None;
+                    for attempt in 1..=attempts {
+                        if attempts > 1 {
+                            wait_for_quiet().await;
+                        }
+                        signal(pid, "CONT");
+                        let limited = match (&limit, cell.limited) {
+                            (Ok((_, l)), true) => {
+                                l.enter(pid)?;
+                                Some(l)
+                            }
+                            _ => None,
+                        };
+                        let stats = load::run(
+                            &target(si, cell.path, &cell.body),
+                            cell.mode,
+                            warmup,
+                            m,
+                            pid,
+                        )
+                        .await;
+                        if let Some(l) = limited {
+                            l.leave(pid)?;
+                        }
+                        signal(pid, "STOP");
+                        let stats = stats.with_context(|| {
+                            format!("{} {} {}", servers[si].name, cell.path, cell.mode.label())
+                        })?;
+                        println!(
+                            "rep {rep} attempt {attempt} {} {} {}: {stats:?}",
+                            servers[si].name,
+                            cell.path,
+                            cell.mode.label()
+                        );
+                        let quiet = stats.steal_pct <= STEAL_MAX_PCT;
+                        kept = match kept {
+                            Some(k) if k.steal_pct <= stats.steal_pct => Some(k),
+                            _ => Some(stats),
+                        };
+                        if let Some(k) = kept.as_mut() {
+                            k.attempts = attempt;
+                        }
+                        if quiet {
+                            break;
+                        }
                     }
-                    signal(pid, "STOP");
-                    let stats = stats.with_context(|| {
-                        format!("{} {} {}", servers[si].name, cell.path, cell.mode.label())
-                    })?;
-                    println!(
-                        "rep {rep} {} {} {}: {stats:?}",
-                        servers[si].name,
-                        cell.path,
-                        cell.mode.label()
-                    );
-                    runs.entry((ci, si)).or_default().push(stats);
+                    if let Some(stats) = kept {
+                        runs.entry((ci, si)).or_default().push(stats);
+                    }
                 }
             }
         }
@@ -521,6 +570,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
         cells,
         runs,
         repeats,
+        attempts,
         measure,
         open_measure,
         pinned,
@@ -605,7 +655,13 @@ pub fn render(r: &Results) -> String {
          with the load generator's threads under SCHED_FIFO (`chrt`; the pacing thread above the client's workers) so \
          that its own time slicing does not add to the latency it measures; the servers stay under CFS. \
          **Server CPU per request** is the server's utime + stime (`/proc/<pid>/stat`) over the measured window divided \
-         by the requests answered in it.\n",
+         by the requests answered in it. **Steal**: this machine is a virtual machine whose host also runs other \
+         guests; `steal` in `/proc/stat` counts the time the hypervisor gave the CPUs to them, during which neither the \
+         server nor the load generator runs (a measured 10–30 % of the machine for minutes at a time, with the p99 of \
+         every server, the floor's too, in milliseconds then). So each run first waits (up to {:.0} s) for half a second \
+         without steal, and a run with more than {STEAL_MAX_PCT} % steal in its measured window is run again, up to {} \
+         attempts, keeping the least-stolen; the table shows the kept runs' steal and the attempts made (every attempt \
+         is in the bench's log). The same rule applies to every server.\n",
         if r.pinned {
             ""
         } else {
@@ -614,6 +670,8 @@ pub fn render(r: &Results) -> String {
         r.repeats,
         r.measure.as_secs_f64(),
         r.open_measure.as_secs_f64(),
+        QUIET_WAIT.as_secs_f64(),
+        r.attempts,
     );
     let size = |p: &str| r.bodies.iter().find(|b| b.0 == p).map(|b| b.1).unwrap_or(0);
     let _ = writeln!(
@@ -642,7 +700,7 @@ pub fn render(r: &Results) -> String {
     );
     let _ = writeln!(
         md,
-        "| path | load | server | req/s | p50 µs | p99 µs | p99.9 µs | CPU µs/request | errors |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| path | load | server | req/s | p50 µs | p99 µs | p99.9 µs | CPU µs/request | errors | steal % | attempts |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for (ci, cell) in r.cells.iter().enumerate() {
         for &si in &cell.servers {
@@ -660,7 +718,7 @@ pub fn render(r: &Results) -> String {
             };
             let _ = writeln!(
                 md,
-                "| `{}` | {load} | {} | {} | {} | {} | {} | {} | {} |",
+                "| `{}` | {load} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 cell.path,
                 r.names[si],
                 summary(runs, |s| s.rps, 0),
@@ -669,6 +727,8 @@ pub fn render(r: &Results) -> String {
                 summary(runs, |s| s.p999_us as f64, 0),
                 summary(runs, |s| s.cpu_us, 1),
                 runs.iter().map(|s| s.errors).sum::<usize>(),
+                summary(runs, |s| s.steal_pct, 1),
+                runs.iter().map(|s| s.attempts).sum::<u32>(),
             );
         }
     }
@@ -737,26 +797,34 @@ fn verdicts(r: &Results) -> String {
             );
         }
     }
+    // A latency goal's figure, with the floor's and the kept runs' steal beside it.
+    let latency = |path: &str, mode: Mode| {
+        let p99 = r.med(path, mode, OURS, |s| s.p99_us as f64);
+        let floor = r.med(path, mode, FLOOR, |s| s.p99_us as f64);
+        let steal = r.med(path, mode, OURS, |s| s.steal_pct);
+        (
+            p99,
+            format!("{p99:.0} µs (floor {floor:.0} µs; steal {steal:.1} %)"),
+        )
+    };
     for path in ["/mutate", "/validate"] {
-        let p99 = r.med(path, Mode::Open(2_000), OURS, |s| s.p99_us as f64);
+        let (p99, measured) = latency(path, Mode::Open(2_000));
         let limit = r.limit.as_ref().copied().unwrap_or(0);
         row(
             format!(
                 "`{path}` open-loop p99 < 1 ms at 2,000 req/s in the Deployment's CPU limit ({limit}m)"
             ),
-            format!("{p99:.0} µs"),
+            measured,
             known(p99).map(|x| x < 1000.0),
         );
     }
-    let p99 = r.med("/validate-servicemapping", Mode::Closed(16), OURS, |s| {
-        s.p99_us as f64
-    });
+    let (p99, measured) = latency("/validate-servicemapping", Mode::Closed(16));
     row(
         format!(
             "`/validate-servicemapping` p99 < 1 ms at c=16 with {} mappings",
             r.mappings
         ),
-        format!("{p99:.0} µs"),
+        measured,
         known(p99).map(|x| x < 1000.0),
     );
     match &r.rss {
