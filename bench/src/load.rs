@@ -234,7 +234,7 @@ impl CpuTicks {
 }
 
 /// Reads the machine's CPU ticks (all CPUs) from `/proc/stat`.
-pub fn machine_steal() -> anyhow::Result<CpuTicks> {
+pub fn machine_ticks() -> anyhow::Result<CpuTicks> {
     let stat = std::fs::read_to_string("/proc/stat")?;
     parse_cpu_ticks(&stat).ok_or_else(|| anyhow::anyhow!("/proc/stat: no cpu line"))
 }
@@ -323,10 +323,10 @@ pub async fn run(
     let cpu = tokio::spawn(async move {
         tokio::time::sleep_until(measure_from.into()).await;
         let a = process_cpu_us(server_pid);
-        let steal_a = machine_steal();
+        let steal_a = machine_ticks();
         tokio::time::sleep_until(end.into()).await;
         let b = process_cpu_us(server_pid);
-        let steal_b = machine_steal();
+        let steal_b = machine_ticks();
         Ok::<_, anyhow::Error>((b?.saturating_sub(a?), steal_b?.since(steal_a?)))
     });
     let (window, extra_connections) = match mode {

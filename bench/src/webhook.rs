@@ -86,15 +86,26 @@ pub struct Results {
     gogc: String,
 }
 
+/// The run to keep after attempt number `attempt` gave `next`: the less-stolen of the two (the
+/// earlier on a tie), counting the attempts made.
+fn keep(kept: Option<Stats>, next: Stats, attempt: u32) -> Stats {
+    let mut k = match kept {
+        Some(k) if k.steal_pct <= next.steal_pct => k,
+        _ => next,
+    };
+    k.attempts = attempt;
+    k
+}
+
 /// Waits until a second passes without steal, or [`QUIET_WAIT`] has passed.
 async fn wait_for_quiet() {
     let deadline = tokio::time::Instant::now() + QUIET_WAIT;
-    let Ok(mut before) = load::machine_steal() else {
+    let Ok(mut before) = load::machine_ticks() else {
         return;
     };
     while tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let Ok(now) = load::machine_steal() else {
+        let Ok(now) = load::machine_ticks() else {
             return;
         };
         if now.steal == before.steal {
@@ -534,14 +545,9 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
                             cell.path,
                             cell.mode.label()
                         );
-                        let quiet = stats.steal_pct <= STEAL_MAX_PCT;
-                        kept = match kept {
-                            Some(k) if k.steal_pct <= stats.steal_pct => Some(k),
-                            _ => Some(stats),
-                        };
-                        if let Some(k) = kept.as_mut() {
-                            k.attempts = attempt;
-                        }
+                        let k = keep(kept, stats, attempt);
+                        let quiet = k.steal_pct <= STEAL_MAX_PCT;
+                        kept = Some(k);
                         if quiet {
                             break;
                         }
@@ -844,4 +850,37 @@ fn verdicts(r: &Results) -> String {
     }
     md.push('\n');
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(steal_pct: f64, p99_us: u64) -> Stats {
+        Stats {
+            steal_pct,
+            p99_us,
+            ..Stats::default()
+        }
+    }
+
+    #[test]
+    fn the_least_stolen_attempt_is_kept_with_the_count_of_attempts() {
+        let k = keep(None, run(5.0, 4000), 1);
+        assert_eq!((k.p99_us, k.attempts), (4000, 1));
+        let k = keep(Some(k), run(2.0, 2000), 2);
+        assert_eq!((k.p99_us, k.attempts), (2000, 2));
+        let k = keep(Some(k), run(9.0, 9000), 3);
+        assert_eq!(
+            (k.p99_us, k.attempts),
+            (2000, 3),
+            "a more stolen attempt replaced a less stolen one"
+        );
+        let k = keep(Some(k), run(2.0, 500), 4);
+        assert_eq!(
+            (k.p99_us, k.attempts),
+            (2000, 4),
+            "a tie keeps the earlier attempt"
+        );
+    }
 }
