@@ -110,10 +110,8 @@ fn cmd_version(program: &str, args: &[&str]) -> String {
 /// The images `make images` built (goal: each < 20 MB).
 fn images() -> String {
     let mut out = String::from(
-        "## Images
-
-Built by `make images` (static release binaries on an empty base); goal: each < 20 MB.
-
+        "## Images\n\n\
+         Built by `make images` (static release binaries on an empty base); goal: each < 20 MB.\n\n\
          | image | size | goal |\n| --- | --- | --- |\n",
     );
     for name in ["webhook", "controller"] {
