@@ -323,11 +323,11 @@ pub async fn run(
     let cpu = tokio::spawn(async move {
         tokio::time::sleep_until(measure_from.into()).await;
         let a = process_cpu_us(server_pid);
-        let steal_a = machine_ticks();
+        let ticks_a = machine_ticks();
         tokio::time::sleep_until(end.into()).await;
         let b = process_cpu_us(server_pid);
-        let steal_b = machine_ticks();
-        Ok::<_, anyhow::Error>((b?.saturating_sub(a?), steal_b?.since(steal_a?)))
+        let ticks_b = machine_ticks();
+        Ok::<_, anyhow::Error>((b?.saturating_sub(a?), ticks_b?.since(ticks_a?)))
     });
     let (window, extra_connections) = match mode {
         Mode::Closed(c) => (closed(target, c, false, measure_from, end).await?, 0),
