@@ -136,6 +136,18 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         Plan::Migrate => {
             span.record("action", "migrate");
             let outcome = crate::migration::migrate(&ctx.client, cr).await?;
+            if let crate::migration::Outcome::LeftAlone(objects) = &outcome {
+                status::warn(
+                    ctx,
+                    cr,
+                    "LegacyLookAlikeLeftAlone",
+                    &format!(
+                        "the legacy takeover left these objects as they are: they have a legacy name but no mark of the legacy installation (reconciler label or annotation, Helm chart labels), so they may be someone else's: {}. Delete them yourself if they are left-overs of the legacy installation",
+                        objects.join(", ")
+                    ),
+                )
+                .await;
+            }
             match crate::plan::migration_status(&outcome) {
                 Some((computed, after)) => {
                     status::write(ctx, cr, &computed).await?;

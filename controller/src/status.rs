@@ -209,6 +209,27 @@ pub async fn write(ctx: &Ctx, cr: &ConnectivityProxy, computed: &Computed) -> Re
     Ok(())
 }
 
+/// Publishes a Warning Event on the CR (best effort: never holds up the reconcile).
+pub async fn warn(ctx: &Ctx, cr: &ConnectivityProxy, reason: &str, note: &str) {
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reason.into(),
+        note: Some(truncate(note, 1000)),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    match tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        ctx.recorder.publish(&event, &cr.object_ref(&())),
+    )
+    .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "publishing an Event failed"),
+        Err(_) => tracing::warn!("publishing an Event timed out"),
+    }
+}
+
 fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();

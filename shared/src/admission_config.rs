@@ -3,8 +3,8 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
-    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use kube::api::ObjectMeta;
 
@@ -68,6 +68,25 @@ fn rule(resource: &str, scope: &str) -> RuleWithOperations {
     }
 }
 
+/// The controller's username (its ServiceAccount in `kyma-system`).
+pub fn controller_username() -> String {
+    format!(
+        "system:serviceaccount:{}:{}",
+        names::KYMA_SYSTEM,
+        names::CONTROLLER_SERVICE_ACCOUNT
+    )
+}
+
+/// The controller's own writes (finalizers, its annotations, status) are not sent to the webhook: they
+/// would be admitted anyway (it is a privileged identity), and with the webhook down a deletion would
+/// otherwise hang on the finalizer the controller cannot remove. Evaluated by the API server (CEL).
+fn not_the_controller() -> Vec<MatchCondition> {
+    vec![MatchCondition {
+        name: "not-the-operator-controller".into(),
+        expression: format!("request.userInfo.username != '{}'", controller_username()),
+    }]
+}
+
 fn meta(name: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.into()),
@@ -87,6 +106,7 @@ pub fn mutating(endpoint: &Endpoint, ca_bundle: Option<&[u8]>) -> MutatingWebhoo
             failure_policy: Some("Fail".into()),
             match_policy: Some("Equivalent".into()),
             reinvocation_policy: Some("IfNeeded".into()),
+            match_conditions: Some(not_the_controller()),
             rules: Some(vec![rule("connectivityproxies", "Namespaced")]),
             side_effects: "None".into(),
             timeout_seconds: Some(TIMEOUT_SECONDS),
@@ -103,6 +123,7 @@ pub fn validating(endpoint: &Endpoint, ca_bundle: Option<&[u8]>) -> ValidatingWe
         client_config: endpoint.client_config(path, ca_bundle),
         failure_policy: Some("Fail".into()),
         match_policy: Some("Equivalent".into()),
+        match_conditions: Some(not_the_controller()),
         rules: Some(vec![rule(resource, scope)]),
         side_effects: "None".into(),
         timeout_seconds: Some(TIMEOUT_SECONDS),

@@ -13,6 +13,8 @@ pub const ISTIO_NAMESPACE: &str = "istio-system";
 
 /// Field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "connectivity-proxy-operator";
+/// The domain of the operator's own annotations: written by the operator or a privileged identity only.
+pub const OPERATOR_ANNOTATION_PREFIX: &str = "connectivityproxy.sap.com/";
 /// Finalizer on the ConnectivityProxy CR.
 pub const FINALIZER: &str = "connectivityproxy.sap.com/finalizer";
 

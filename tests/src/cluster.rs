@@ -350,7 +350,7 @@ impl ControlPlane {
             // Every default controller, as in a cluster (Deployments, StatefulSets, endpoints, PDBs, ...).
             "*"
         } else {
-            "garbage-collector-controller,namespace-controller,serviceaccount-controller"
+            "garbage-collector-controller,namespace-controller,serviceaccount-controller,clusterrole-aggregation-controller"
         };
         // What the controller manager and the scheduler share: the API server as seen from where they
         // run, an admin identity, loopback serving, no leader election.

@@ -47,6 +47,39 @@ pub fn is_legacy(meta: &kube::api::ObjectMeta) -> bool {
     !managed_by_us && (reconciler_label || disclaimer)
 }
 
+/// Whether an object carries a mark of the legacy reconciler's installation, as the real legacy
+/// objects do: the reconciler's labels (`reconciler.kyma-project.io/managed-by: reconciler`), any of
+/// its annotations (the disclaimer, `skip-rendering-on-upgrade`), or the Helm chart's labels
+/// (`heritage: Helm` with release or chart `connectivity-proxy`, or `app.kubernetes.io/managed-by:
+/// Helm` with the release annotation). A name alone is no mark.
+pub fn legacy_marked(meta: &kube::api::ObjectMeta) -> bool {
+    let label = |k: &str| {
+        meta.labels
+            .as_ref()
+            .and_then(|l| l.get(k))
+            .map(String::as_str)
+    };
+    let reconciler_label =
+        label(names::LEGACY_LABEL_MANAGED_BY) == Some(names::LEGACY_MANAGED_BY_VALUE);
+    let reconciler_annotation = meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.keys().any(|k| k.starts_with(LEGACY_RECONCILER_DOMAIN)));
+    let chart = label("heritage") == Some("Helm")
+        && (label("release") == Some(names::STATEFULSET)
+            || label("chart").is_some_and(|c| c.starts_with("connectivity-proxy-")));
+    let helm = label("app.kubernetes.io/managed-by") == Some("Helm")
+        && meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("meta.helm.sh/release-name"))
+            .is_some_and(|r| r == names::STATEFULSET);
+    reconciler_label || reconciler_annotation || chart || helm
+}
+
+/// The legacy reconciler's label and annotation domain.
+const LEGACY_RECONCILER_DOMAIN: &str = "reconciler.kyma-project.io/";
+
 /// What the migration step concluded.
 #[derive(Debug)]
 pub enum Outcome {
@@ -56,6 +89,9 @@ pub enum Outcome {
     Progressed(&'static str),
     /// The takeover cannot proceed; the legacy installation was not touched.
     Blocked(Vec<Blocker>),
+    /// The takeover is done, but these objects with legacy names carry no mark of the legacy
+    /// installation and were left as they are (a Warning names them).
+    LeftAlone(Vec<String>),
 }
 
 /// A takeover id: UTC time to the second, usable in object names.
@@ -106,25 +142,26 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
             .map_err(|e| Error::kube("reading the StatefulSet", e))?;
         sts.as_ref().is_some_and(|s| is_legacy(&s.metadata))
     };
-    match state.as_deref() {
-        Some("done") if !legacy_present => return Ok(Outcome::NotNeeded),
-        None if !legacy_present => return Ok(Outcome::NotNeeded),
+    // Only "in-progress" continues a takeover; any other value (the webhook refuses the annotation
+    // from anyone but the operator, but an older release or an admin may have written one) counts as
+    // no takeover, and a new one starts only where a legacy StatefulSet with its marks exists.
+    if state.as_deref() != Some("in-progress") {
+        if !legacy_present {
+            return Ok(Outcome::NotNeeded);
+        }
         // First takeover, or a legacy installation back after a rollback: a new takeover with its
         // own backups; earlier backups stay as history.
-        Some("done") | None => {
-            let id = new_takeover_id();
-            patch_cr(
-                client,
-                cr,
-                json!({"metadata": {"annotations": {MIGRATION_ANNOTATION: "in-progress",
-                    TAKEOVER_ID_ANNOTATION: id, IMPORTED_ANNOTATION: null}}}),
-                "starting the takeover",
-            )
-            .await?;
-            tracing::info!(takeover = %id, "legacy reconciler installation detected; takeover started");
-            return Ok(Outcome::Progressed("LegacyInstallationDetected"));
-        }
-        _ => {}
+        let id = new_takeover_id();
+        patch_cr(
+            client,
+            cr,
+            json!({"metadata": {"annotations": {MIGRATION_ANNOTATION: "in-progress",
+                TAKEOVER_ID_ANNOTATION: id, IMPORTED_ANNOTATION: null}}}),
+            "starting the takeover",
+        )
+        .await?;
+        tracing::info!(takeover = %id, "legacy reconciler installation detected; takeover started");
+        return Ok(Outcome::Progressed("LegacyInstallationDetected"));
     }
     if id.is_empty() {
         // Started by an operator release without takeover ids.
@@ -139,6 +176,22 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
     }
 
     let facts = plan::gather(client, &ns, &id).await?;
+    let evidence = facts.legacy_statefulset
+        || facts.found.iter().any(|f| !f.ours && f.marked)
+        || !facts.backups.is_empty();
+    if !evidence && !cr.annotations().contains_key(IMPORTED_ANNOTATION) {
+        // A takeover "in progress" with no legacy installation, no backup of one and nothing imported:
+        // not a takeover this operator started. Nothing is imported, deleted or adopted.
+        tracing::warn!(takeover = %id, "takeover annotation without any legacy installation: nothing taken over");
+        patch_cr(
+            client,
+            cr,
+            json!({"metadata": {"annotations": {MIGRATION_ANNOTATION: "done"}}}),
+            "closing a takeover without a legacy installation",
+        )
+        .await?;
+        return Ok(Outcome::Progressed("NoLegacyInstallation"));
+    }
     let plan = plan::plan(&cr.spec, &facts, &id);
     if !plan.blockers.is_empty() {
         return Ok(Outcome::Blocked(plan.blockers));
@@ -173,6 +226,10 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
         let Some(kind) = LEGACY_KINDS.get(found.kind_index) else {
             continue;
         };
+        if !found.touchable(Some(kind.action)) {
+            tracing::warn!(object = %found.display(), "an object with a legacy name but no mark of the legacy installation: left alone");
+            continue;
+        }
         let ar = kind.api_resource();
         let api: Api<DynamicObject> = if found.namespace.is_empty() {
             Api::all_with(client.clone(), &ar)
@@ -214,7 +271,11 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
     )
     .await?;
     tracing::info!(takeover = %id, "legacy takeover done");
-    Ok(Outcome::Progressed("LegacyMigrationDone"))
+    if plan.left_alone.is_empty() {
+        Ok(Outcome::Progressed("LegacyMigrationDone"))
+    } else {
+        Ok(Outcome::LeftAlone(plan.left_alone))
+    }
 }
 
 /// The ServiceMapping CRD becomes the module's (metadata only, never deleted).

@@ -32,12 +32,23 @@ pub struct Found {
     pub name: String,
     /// Carries the operator's managed-by label (adopted earlier): left alone.
     pub ours: bool,
+    /// Carries a mark of the legacy installation ([`super::legacy_marked`]). An object with a legacy
+    /// name and no such mark may be a user's own: the takeover never deletes or adopts it.
+    pub marked: bool,
     /// Index into [`LEGACY_KINDS`].
     #[serde(skip)]
     pub kind_index: usize,
 }
 
 impl Found {
+    /// Whether the takeover may act on it: it carries a mark of the legacy installation. The service
+    /// key is the one exception: the legacy installation's own key carries no mark (the user or the
+    /// BTP operator wrote it), so it is handled only in a takeover that found the legacy StatefulSet,
+    /// always backed up first and kept in shared tenant mode.
+    pub fn touchable(&self, action: Option<Action>) -> bool {
+        self.marked || action == Some(Action::ServiceKey)
+    }
+
     /// `Kind namespace/name` (or `Kind name`).
     pub fn display(&self) -> String {
         if self.namespace.is_empty() {
@@ -101,6 +112,9 @@ pub struct Plan {
     pub keep: Vec<String>,
     /// ServiceMappings it takes over (labels only; uid and spec kept).
     pub mappings: Vec<String>,
+    /// Objects with a legacy name but no mark of the legacy installation: never touched (a user's
+    /// own, or a look-alike), named in a Warning.
+    pub left_alone: Vec<String>,
     /// What stops it.
     pub blockers: Vec<Blocker>,
 }
@@ -174,6 +188,7 @@ pub async fn gather(client: &Client, ns: &str, id: &str) -> Result<Facts, Error>
                     // Ours unless the legacy reconciler labelled it again (a rollback re-rendered it).
                     ours: is_ours(o.labels())
                         && !o.labels().contains_key(names::LEGACY_LABEL_MANAGED_BY),
+                    marked: super::legacy_marked(&o.metadata),
                     kind_index: i,
                 });
             }
@@ -298,6 +313,10 @@ pub fn plan(spec: &ConnectivityProxySpec, facts: &Facts, id: &str) -> Plan {
     }
     for f in facts.found.iter().filter(|f| !f.ours) {
         let action = LEGACY_KINDS.get(f.kind_index).map(|k| k.action);
+        if !f.touchable(action) {
+            p.left_alone.push(f.display());
+            continue;
+        }
         match action {
             Some(Action::Adopt) => p.adopt.push(f.display()),
             Some(Action::ServiceKey) if p.service_key_secret.is_some() || shared => {
@@ -351,6 +370,11 @@ pub fn render_text(p: &Plan) -> String {
     list(&mut out, "legacy objects kept", &p.keep);
     list(
         &mut out,
+        "left alone (a legacy name but no mark of the legacy installation)",
+        &p.left_alone,
+    );
+    list(
+        &mut out,
         "ServiceMappings taken over (labels only; uid and spec kept)",
         &p.mappings,
     );
@@ -402,6 +426,7 @@ mod tests {
                     namespace: k.namespace("kyma-system").unwrap_or_default().into(),
                     name: (*n).into(),
                     ours: false,
+                    marked: true,
                     kind_index: i,
                 });
             }
@@ -410,6 +435,98 @@ mod tests {
     }
 
     const DEDICATED: &str = "highAvailabilityMode: \"off\"\nservers:\n  businessDataTunnel:\n    externalHost: cp.example.com\nsubaccountId: sub-1\nsubaccountSubdomain: dom\ntenantMode: dedicated\n";
+
+    #[test]
+    fn objects_with_a_legacy_name_but_no_legacy_mark_are_left_alone_and_named() {
+        let mut facts = legacy_facts(DEDICATED);
+        for f in facts.found.iter_mut() {
+            if f.name == "cc-certs"
+                || f.name == super::super::legacy::LEGACY_WEBHOOK
+                || f.kind == "ClusterRole"
+            {
+                f.marked = false;
+            }
+        }
+        let p = plan(&default_spec(), &facts, "1");
+        assert!(p.blockers.is_empty(), "{:?}", p.blockers);
+        for name in [
+            "Secret istio-system/cc-certs",
+            "Certificate istio-system/cc-certs",
+            "ValidatingWebhookConfiguration webhook-secret",
+            "ClusterRole connectivity-proxy-restart-watcher",
+        ] {
+            assert!(
+                p.left_alone.iter().any(|l| l == name),
+                "{name}: {:?}",
+                p.left_alone
+            );
+            assert!(!p.delete.iter().any(|d| d == name), "{name} deleted");
+        }
+        // The marked ones are still taken over, and the service key (which carries no mark in a real
+        // installation) is handled as before.
+        assert!(
+            p.delete
+                .iter()
+                .any(|d| d == "Secret istio-system/cc-certs-cacert")
+        );
+        assert!(p.delete.iter().any(|d| d.ends_with(LEGACY_SERVICE_KEY)));
+        assert!(render_text(&p).contains("left alone"));
+    }
+
+    #[test]
+    fn a_legacy_mark_is_a_reconciler_label_or_annotation_or_the_charts_labels() {
+        use kube::api::ObjectMeta;
+        let meta = |labels: &[(&str, &str)], annotations: &[(&str, &str)]| ObjectMeta {
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        let marked = super::super::legacy_marked;
+        assert!(marked(&meta(
+            &[(names::LEGACY_LABEL_MANAGED_BY, "reconciler")],
+            &[]
+        )));
+        assert!(marked(&meta(
+            &[],
+            &[(names::LEGACY_DISCLAIMER_ANNOTATION, "DO NOT EDIT")]
+        )));
+        assert!(marked(&meta(
+            &[],
+            &[(
+                "reconciler.kyma-project.io/skip-rendering-on-upgrade",
+                "true"
+            )]
+        )));
+        assert!(marked(&meta(
+            &[
+                ("heritage", "Helm"),
+                ("chart", "connectivity-proxy-2.9.3"),
+                ("release", "connectivity-proxy")
+            ],
+            &[]
+        )));
+        // A name is no mark; neither is another chart's Helm label or a look-alike value.
+        assert!(!marked(&ObjectMeta::default()));
+        assert!(!marked(&meta(&[("app", "connectivity-proxy")], &[])));
+        assert!(!marked(&meta(
+            &[("heritage", "Helm"), ("release", "my-app")],
+            &[]
+        )));
+        assert!(!marked(&meta(
+            &[(names::LEGACY_LABEL_MANAGED_BY, "someone-else")],
+            &[]
+        )));
+    }
 
     #[test]
     fn a_clean_cluster_has_nothing_to_do() {

@@ -176,7 +176,7 @@ pub fn finalizer_patch(cr: &ConnectivityProxy) -> Option<Value> {
 pub fn migration_status(outcome: &crate::migration::Outcome) -> Option<(Computed, Duration)> {
     use crate::migration::Outcome;
     match outcome {
-        Outcome::NotNeeded => None,
+        Outcome::NotNeeded | Outcome::LeftAlone(_) => None,
         Outcome::Progressed(step) => Some((
             Computed::blocked(
                 State::Processing,

@@ -4,3 +4,4 @@
 
 mod btp_mappings;
 mod install;
+mod takeover_marks;

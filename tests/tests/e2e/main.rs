@@ -3,4 +3,5 @@
 
 mod dashboard;
 mod foundation;
+mod security;
 mod webhook;

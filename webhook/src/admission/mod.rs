@@ -89,6 +89,75 @@ pub struct ObjectMeta<'a> {
     /// `metadata.deletionTimestamp`: set while the object is being deleted.
     #[serde(default, borrow)]
     pub deletion_timestamp: Option<Cow<'a, str>>,
+    /// The operator's annotations (`connectivityproxy.sap.com/*`); the others are skipped unread.
+    #[serde(default, borrow)]
+    pub annotations: OperatorAnnotations<'a>,
+}
+
+/// The `metadata.annotations` whose key is in the operator's domain
+/// ([`names::OPERATOR_ANNOTATION_PREFIX`]), sorted by key; every other entry is skipped while
+/// parsing, so the usual object costs no allocation here.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct OperatorAnnotations<'a>(pub Vec<(Cow<'a, str>, Cow<'a, str>)>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for OperatorAnnotations<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = OperatorAnnotations<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of annotations or null")
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(OperatorAnnotations::default())
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(OperatorAnnotations::default())
+            }
+            fn visit_some<D: serde::Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<Self::Value, D::Error> {
+                d.deserialize_map(self)
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<Self::Value, M::Error> {
+                let mut out = Vec::new();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key.starts_with(names::OPERATOR_ANNOTATION_PREFIX) {
+                        out.push((key, map.next_value::<Cow<'de, str>>()?));
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                out.sort();
+                Ok(OperatorAnnotations(out))
+            }
+        }
+        d.deserialize_option(V(std::marker::PhantomData))
+    }
+}
+
+impl OperatorAnnotations<'_> {
+    /// The keys whose presence or value differs between `self` (old) and `new`, sorted.
+    pub fn changed_keys(&self, new: &OperatorAnnotations) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .0
+            .iter()
+            .filter(|(k, v)| !new.0.iter().any(|(nk, nv)| nk == k && nv == v))
+            .chain(
+                new.0
+                    .iter()
+                    .filter(|(k, v)| !self.0.iter().any(|(ok, ov)| ok == k && ov == v)),
+            )
+            .map(|(k, _)| k.to_string())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
 }
 
 /// An admission operation.
@@ -289,6 +358,11 @@ pub fn review(
     }
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return (resp, Decision::Allowed);
+    }
+    if endpoint != Endpoint::Mutate
+        && let Err((code, reason, msg)) = operator_annotations(req, policy)
+    {
+        return (deny(resp, code, reason, msg), Decision::Denied);
     }
     let result = match endpoint {
         Endpoint::Mutate => mutate(req).and_then(|patch| match patch {
@@ -554,6 +628,49 @@ fn protected_fields(
              refused {}. Only {} may change it; edit spec.config, spec.ingress or spec.secretConfig instead",
             changed.join(", "),
             policy.privileged.describe()
+        ),
+    ))
+}
+
+/// Refuses a change of the operator's annotations (`connectivityproxy.sap.com/*`: the takeover state,
+/// the defaults release, the adoption marks) by anyone but the operator and the privileged
+/// identities: they make the controller act (start a takeover, rewrite `spec.deployment`), so they
+/// are the operator's to write. Checked on every CREATE and UPDATE, metadata-only ones included.
+fn operator_annotations(req: &Request, policy: &Policy) -> Result<(), Denial> {
+    static NONE: OperatorAnnotations<'static> = OperatorAnnotations(Vec::new());
+    let new = req
+        .object
+        .as_ref()
+        .map_or(&NONE, |o| &o.metadata.annotations);
+    let old = match req.operation {
+        Operation::Update => req
+            .old_object
+            .as_ref()
+            .map_or(&NONE, |o| &o.metadata.annotations),
+        _ => &NONE,
+    };
+    if old.0.is_empty() && new.0.is_empty() {
+        return Ok(());
+    }
+    let changed = old.changed_keys(new);
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let user = req.user_info.username.as_deref().unwrap_or_default();
+    let groups = req.user_info.groups.as_deref().unwrap_or_default();
+    if policy.privileged.allows(user, groups) {
+        return Ok(());
+    }
+    Err((
+        403,
+        "Forbidden",
+        format!(
+            "the annotations {prefix}* belong to the Connectivity Proxy operator and cannot be set, changed or removed by {user}: \
+             refused metadata.annotations[{keys}]. Only {who} may write them; leave them as they are \
+             (kubectl apply keeps annotations it did not set)",
+            prefix = names::OPERATOR_ANNOTATION_PREFIX,
+            keys = changed.join(", "),
+            who = policy.privileged.describe()
         ),
     ))
 }

@@ -596,3 +596,104 @@ fn the_answer_escapes_what_comes_from_the_request_and_carries_warnings() {
     );
     assert!(ours["response"].get("patch").is_none(), "{ours}");
 }
+
+#[test]
+fn the_operators_annotations_are_refused_to_an_editor_and_named() {
+    let key = "connectivityproxy.sap.com/legacy-migration";
+    let mut annotated = defaulted_cr();
+    annotated["metadata"]["annotations"] = json!({key: "in-progress", "team": "a"});
+    let plain = {
+        let mut cr = defaulted_cr();
+        cr["metadata"]["annotations"] = json!({"team": "a"});
+        cr
+    };
+    let operator = "system:serviceaccount:kyma-system:cp-controller";
+    // (user, operation, object, old object, allowed)
+    let cases = [
+        ("alice", "CREATE", annotated.clone(), None, false),
+        (
+            "alice",
+            "UPDATE",
+            annotated.clone(),
+            Some(plain.clone()),
+            false,
+        ),
+        (
+            "alice",
+            "UPDATE",
+            plain.clone(),
+            Some(annotated.clone()),
+            false,
+        ),
+        (
+            "alice",
+            "UPDATE",
+            annotated.clone(),
+            Some(annotated.clone()),
+            true,
+        ),
+        ("alice", "UPDATE", plain.clone(), Some(plain.clone()), true),
+        (
+            operator,
+            "UPDATE",
+            annotated.clone(),
+            Some(plain.clone()),
+            true,
+        ),
+        (operator, "CREATE", annotated.clone(), None, true),
+    ];
+    for (i, (user, op, obj, old, allowed)) in cases.into_iter().enumerate() {
+        let body = review_body("ConnectivityProxy", op, user, obj, old);
+        let (resp, _) = run(Endpoint::Validate, &body, Facts::default());
+        assert_eq!(resp.allowed, allowed, "case {i}: {}", resp.result.message);
+        if !allowed {
+            assert_eq!(resp.result.code, 403, "case {i}");
+            assert!(
+                resp.result.message.contains(key),
+                "case {i}: {}",
+                resp.result.message
+            );
+        }
+    }
+    // A changed value is a change; another key of the operator's is named on its own.
+    let mut other = annotated.clone();
+    other["metadata"]["annotations"][key] = json!("done");
+    other["metadata"]["annotations"]["connectivityproxy.sap.com/deployment-defaults-release"] =
+        json!("x");
+    let body = review_body(
+        "ConnectivityProxy",
+        "UPDATE",
+        "alice",
+        other,
+        Some(annotated),
+    );
+    let (resp, _) = run(Endpoint::Validate, &body, Facts::default());
+    assert!(!resp.allowed);
+    assert!(
+        resp.result
+            .message
+            .contains("connectivityproxy.sap.com/deployment-defaults-release, connectivityproxy.sap.com/legacy-migration"),
+        "{}",
+        resp.result.message
+    );
+    // Mutation never refuses on annotations (validation does).
+    let mut created = default_cr();
+    created["metadata"]["annotations"] = json!({key: "in-progress"});
+    let body = review_body("ConnectivityProxy", "CREATE", "alice", created, None);
+    assert!(run(Endpoint::Mutate, &body, Facts::default()).0.allowed);
+}
+
+#[test]
+fn annotations_null_or_absent_decode_as_none_of_the_operators() {
+    for meta in [
+        json!({"name": "a"}),
+        json!({"name": "a", "annotations": null}),
+        json!({"name": "a", "annotations": {}}),
+    ] {
+        let mut cr = defaulted_cr();
+        cr["metadata"] = meta;
+        let body = review_body("ConnectivityProxy", "CREATE", "alice", cr, None);
+        let (resp, _) = run(Endpoint::Validate, &body, Facts::default());
+        assert!(resp.allowed, "{}", resp.result.message);
+    }
+}

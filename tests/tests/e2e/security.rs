@@ -1,0 +1,413 @@
+//! Security round 2, through the real API server: an editor's annotations, the controller's writes
+//! without the webhook, and what the API server itself enforces on a stolen controller token.
+
+use std::time::Duration;
+
+use cp_api::admission_config::{self, Endpoint};
+use cp_api::names;
+use cp_tests::cluster::Identity;
+use cp_tests::fixtures::default_cr;
+use cp_tests::shared::{ALICE, control_plane, webhook};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use kube::Client;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const MIGRATION: &str = "connectivityproxy.sap.com/legacy-migration";
+const DEFAULTS_RELEASE: &str = "connectivityproxy.sap.com/deployment-defaults-release";
+
+fn cps(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::erase::<cp_api::ConnectivityProxy>(&()),
+    )
+}
+
+async fn alice() -> Client {
+    control_plane()
+        .client(&Identity::User {
+            name: ALICE.into(),
+            groups: vec!["system:authenticated".into()],
+        })
+        .await
+        .expect("alice client")
+}
+
+async fn operator() -> Client {
+    control_plane()
+        .client(&Identity::ServiceAccount {
+            namespace: names::KYMA_SYSTEM.into(),
+            name: names::CONTROLLER_SERVICE_ACCOUNT.into(),
+        })
+        .await
+        .expect("operator client")
+}
+
+fn denial<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> String {
+    match r {
+        Err(kube::Error::Api(s)) if s.code == 403 => s.message.clone(),
+        other => panic!("{what}: expected a 403 denial, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_editor_cannot_set_change_or_remove_the_operators_annotations() {
+    webhook().await;
+    let ns = control_plane().namespace("sec-annot").await.expect("ns");
+    let alice = alice().await;
+    let api = cps(&alice, &ns);
+
+    // Create with an operator annotation: refused, naming the key.
+    let mut cr = default_cr("annotated");
+    cr["metadata"]["annotations"] = json!({MIGRATION: "in-progress", "team": "a"});
+    let obj: DynamicObject = serde_json::from_value(cr).expect("object");
+    let msg = denial(api.create(&PostParams::default(), &obj).await, "create");
+    assert!(msg.contains(MIGRATION), "{msg}");
+
+    // A plain CR, with annotations of her own: admitted, and she may edit those.
+    let obj: DynamicObject = serde_json::from_value(default_cr("cp")).expect("object");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create");
+    let own = json!({"metadata": {"annotations": {"team": "b"}}});
+    api.patch("cp", &PatchParams::default(), &Patch::Merge(&own))
+        .await
+        .expect("her own annotation");
+
+    // Setting an operator annotation on a metadata-only update: refused.
+    for (key, value) in [(MIGRATION, "in-progress"), (DEFAULTS_RELEASE, "0.0.1-x")] {
+        let patch = json!({"metadata": {"annotations": {key: value}}});
+        let msg = denial(
+            api.patch("cp", &PatchParams::default(), &Patch::Merge(&patch))
+                .await,
+            key,
+        );
+        assert!(msg.contains(key), "{msg}");
+        assert!(
+            msg.contains("belong to the Connectivity Proxy operator"),
+            "{msg}"
+        );
+    }
+
+    // The operator writes one; alice may neither change nor remove it, and may still edit the rest.
+    let op = cps(&operator().await, &ns);
+    let set = json!({"metadata": {"annotations": {DEFAULTS_RELEASE: "release-a"}}});
+    op.patch("cp", &PatchParams::default(), &Patch::Merge(&set))
+        .await
+        .expect("the operator writes its annotation");
+    for patch in [
+        json!({"metadata": {"annotations": {DEFAULTS_RELEASE: "release-b"}}}),
+        json!({"metadata": {"annotations": {DEFAULTS_RELEASE: null}}}),
+    ] {
+        let msg = denial(
+            api.patch("cp", &PatchParams::default(), &Patch::Merge(&patch))
+                .await,
+            "change or removal",
+        );
+        assert!(msg.contains(DEFAULTS_RELEASE), "{msg}");
+    }
+    let mine = json!({"metadata": {"annotations": {"team": "c"}, "labels": {"x": "y"}}});
+    let after = api
+        .patch("cp", &PatchParams::default(), &Patch::Merge(&mine))
+        .await
+        .expect("other metadata stays editable");
+    assert_eq!(
+        after.metadata.annotations.unwrap_or_default()[DEFAULTS_RELEASE],
+        "release-a"
+    );
+
+    // ServiceMappings: the same rule.
+    let sm: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+        "metadata": {"name": "sec-annot-mapping", "annotations": {"connectivityproxy.sap.com/adopted-by": "me"}},
+        "spec": {"type": "RFC", "subaccountId": "00000000-0000-0000-0000-0000000000aa", "serviceId": "sec-annot",
+            "internalAddress": "erp.erp:3300", "locationIds": ["loc1"]}}))
+    .expect("mapping");
+    let mappings: Api<DynamicObject> = Api::all_with(
+        alice.clone(),
+        &ApiResource::erase::<cp_api::ServiceMapping>(&()),
+    );
+    let msg = denial(
+        mappings.create(&PostParams::default(), &sm).await,
+        "mapping with an operator annotation",
+    );
+    assert!(msg.contains("adopted-by"), "{msg}");
+}
+
+/// A validating configuration built exactly as the module's, under another name, calling a port where
+/// nothing listens and applied only to objects carrying a test label: alice's writes of such objects
+/// fail closed, the controller's go through (its `matchConditions`).
+#[tokio::test]
+async fn the_controllers_own_writes_do_not_depend_on_its_webhook() {
+    webhook().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    let ns = cp.namespace("sec-nowebhook").await.expect("ns");
+    let label = "cp-test/dead-webhook";
+    let port = cp_tests::cluster::free_port().expect("port");
+    let mut dead =
+        admission_config::validating(&Endpoint::Url(format!("https://127.0.0.1:{port}")), None);
+    dead.metadata.name = Some("cp-test-dead-webhook".into());
+    for w in dead.webhooks.iter_mut().flatten() {
+        w.name = format!("dead.{}", w.name);
+        w.object_selector = Some(
+            serde_json::from_value(json!({"matchLabels": {label: "true"}})).expect("selector"),
+        );
+        w.timeout_seconds = Some(2);
+    }
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(admin.clone());
+    configs
+        .create(&PostParams::default(), &dead)
+        .await
+        .expect("register the dead webhook");
+
+    let mut cr = default_cr("cp");
+    cr["metadata"]["labels"] = json!({label: "true"});
+    let obj: DynamicObject = serde_json::from_value(cr).expect("object");
+    // Created by the admin before the dead webhook takes effect is not guaranteed: create as the
+    // operator, which the dead webhook must not be asked about.
+    let op = cps(&operator().await, &ns);
+    let result = cp_tests::wait::until(
+        "the operator's create admitted without the webhook",
+        Duration::from_secs(10),
+        || {
+            let (op, obj) = (op.clone(), obj.clone());
+            async move {
+                match op.create(&PostParams::default(), &obj).await {
+                    Ok(o) => Ok(Some(o)),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        },
+    )
+    .await;
+    let alice_api = cps(&alice().await, &ns);
+    // The dead webhook is in force: alice's write of the labelled CR fails closed.
+    let alice_write = cp_tests::wait::until(
+        "alice's write refused by the unreachable webhook",
+        Duration::from_secs(10),
+        || {
+            let api = alice_api.clone();
+            async move {
+                let p = json!({"metadata": {"annotations": {"team": "x"}}});
+                match api
+                    .patch("cp", &PatchParams::default(), &Patch::Merge(&p))
+                    .await
+                {
+                    Err(kube::Error::Api(s)) if s.message.contains("dead.") => Ok(Some(s.message)),
+                    other => Err(format!("{other:?}")),
+                }
+            }
+        },
+    )
+    .await;
+    // The controller removes a finalizer (what a deletion waits for) while the webhook is down.
+    let op_patch = async {
+        let add = json!({"metadata": {"finalizers": [names::FINALIZER]}});
+        op.patch("cp", &PatchParams::default(), &Patch::Merge(&add))
+            .await?;
+        op.delete("cp", &DeleteParams::default()).await?;
+        let remove = json!({"metadata": {"finalizers": null}});
+        op.patch("cp", &PatchParams::default(), &Patch::Merge(&remove))
+            .await
+    }
+    .await;
+    configs
+        .delete("cp-test-dead-webhook", &DeleteParams::default())
+        .await
+        .expect("remove the dead webhook");
+    result.expect("the operator's create");
+    alice_write.expect("the dead webhook is asked about alice's writes");
+    op_patch.expect("the operator's finalizer removal without the webhook");
+}
+
+/// What the API server enforces on the controller's token, whatever its RBAC verbs allow: only
+/// `caBundle` of its webhook configurations changes.
+#[tokio::test]
+async fn a_stolen_controller_token_can_change_only_the_ca_bundle_of_the_webhook_configurations() {
+    webhook().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    // The controller's RBAC and the admission policies bound to its ServiceAccount, as shipped.
+    cp_tests::manifest::apply_file(
+        &admin,
+        &cp_tests::workspace_root().join("manifests/rbac/controller.yaml"),
+        None,
+    )
+    .await
+    .expect("controller RBAC");
+    let token: Api<ValidatingWebhookConfiguration> = Api::all(operator().await);
+    let name = names::VALIDATING_WEBHOOK_CONFIG;
+    let attempts: Vec<(&str, Value)> = vec![
+        (
+            "failurePolicy Ignore",
+            json!([{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}]),
+        ),
+        (
+            "another URL",
+            json!([{"op": "replace", "path": "/webhooks/0/clientConfig/url", "value": "https://127.0.0.1:1/validate"}]),
+        ),
+        (
+            "no rules",
+            json!([{"op": "replace", "path": "/webhooks/0/rules", "value": []}]),
+        ),
+        (
+            "a namespace selector",
+            json!([{"op": "add", "path": "/webhooks/0/namespaceSelector", "value": {"matchLabels": {"x": "y"}}}]),
+        ),
+        (
+            "a webhook removed",
+            json!([{"op": "remove", "path": "/webhooks/1"}]),
+        ),
+    ];
+    // The policy takes effect within seconds of its creation: wait until a label change (which it
+    // refuses) is refused, each probe a new value, so an early admitted probe is no false verdict.
+    let probe = std::sync::atomic::AtomicU32::new(0);
+    cp_tests::wait::until(
+        "the admission policy in force",
+        Duration::from_secs(30),
+        || {
+            let token = token.clone();
+            let n = probe.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                let p = json!({"metadata": {"labels": {"cp-test/probe": n.to_string()}}});
+                match token
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&p))
+                    .await
+                {
+                    Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => Ok(Some(())),
+                    other => Err(format!("{other:?}")),
+                }
+            }
+        },
+    )
+    .await
+    .expect("the policy refuses a label change");
+    let unprobe = json!({"metadata": {"labels": {"cp-test/probe": null}}});
+    Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .patch(name, &PatchParams::default(), &Patch::Merge(&unprobe))
+        .await
+        .expect("probe label removed");
+    for (what, patch) in attempts {
+        let patch: json_patch::Patch = serde_json::from_value(patch).expect("patch");
+        let result = token
+            .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await;
+        let msg = match result {
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => s.message,
+            other => {
+                // Put admission back before failing: the other tests need it.
+                control_plane_webhook_restore().await;
+                panic!("{what}: expected the policy's denial, got {other:?}")
+            }
+        };
+        assert!(
+            msg.contains("may change only clientConfig.caBundle"),
+            "{what}: {msg}"
+        );
+    }
+    // caBundle alone: admitted (what the controller does on every rotation).
+    let current = token.get(name).await.expect("read");
+    let bundle = current.webhooks.unwrap_or_default()[0]
+        .client_config
+        .ca_bundle
+        .clone();
+    let same = json!([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle",
+        "value": bundle.map(|b| { use base64::Engine; base64::engine::general_purpose::STANDARD.encode(b.0) })}]);
+    token
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(same).expect("patch")),
+        )
+        .await
+        .expect("a caBundle write is admitted");
+}
+
+/// Registers the module's webhook again (a refused attempt must never leave admission broken).
+async fn control_plane_webhook_restore() {
+    let admin = control_plane().admin().await.expect("admin");
+    webhook().await.register(&admin).await.expect("register");
+}
+
+/// A ConnectivityProxy outside `kyma-system` is stored (with a warning) but never cached or used: in
+/// shared tenant mode it does not change the ServiceMapping rules, while one in `kyma-system` does.
+#[tokio::test]
+async fn a_cr_in_another_namespace_never_changes_the_servicemapping_rules() {
+    webhook().await;
+    let _mappings = cp_tests::shared::MAPPINGS_LOCK.lock().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    cp_tests::cluster::ensure_namespace(&admin, names::KYMA_SYSTEM)
+        .await
+        .expect("kyma-system");
+    let elsewhere = cp.namespace("sec-elsewhere").await.expect("ns");
+    let shared = |name: &str| {
+        let mut cr = default_cr(name);
+        cr["spec"]["config"]["tenantMode"] = json!("shared");
+        cr["spec"]["config"]
+            .as_object_mut()
+            .map(|c| c.remove("subaccountId"));
+        serde_json::from_value::<DynamicObject>(cr).expect("object")
+    };
+    cps(&alice().await, &elsewhere)
+        .create(&PostParams::default(), &shared("foreign-shared"))
+        .await
+        .expect("a CR elsewhere is admitted");
+    let control = cps(&admin, names::KYMA_SYSTEM);
+    control
+        .create(&PostParams::default(), &shared("sec-shared-control"))
+        .await
+        .expect("the kyma-system CR");
+    let mappings: Api<DynamicObject> = Api::all_with(
+        admin.clone(),
+        &ApiResource::erase::<cp_api::ServiceMapping>(&()),
+    );
+    let mapping: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+        "metadata": {"name": "sec-no-subaccount"},
+        "spec": {"type": "RFC", "serviceId": "sec-no-subaccount", "internalAddress": "erp.erp:3300",
+            "locationIds": ["loc1"]}}))
+    .expect("mapping");
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let verdict = |want_admitted: bool| {
+        let (mappings, mapping, dry) = (mappings.clone(), mapping.clone(), dry.clone());
+        async move {
+            match mappings.create(&dry, &mapping).await {
+                Ok(_) if want_admitted => Ok(Some(())),
+                Err(kube::Error::Api(s))
+                    if !want_admitted && s.message.contains("shared tenant mode") =>
+                {
+                    Ok(Some(()))
+                }
+                other => Err(format!("{other:?}")),
+            }
+        }
+    };
+    // The kyma-system CR, created after the foreign one, is seen: the rule applies.
+    let seen = cp_tests::wait::until(
+        "shared tenant mode of the kyma-system CR in force",
+        Duration::from_secs(10),
+        || verdict(false),
+    )
+    .await;
+    control
+        .delete("sec-shared-control", &DeleteParams::default())
+        .await
+        .expect("delete the kyma-system CR");
+    let after = cp_tests::wait::until(
+        "the rule lifted once only the foreign CR is left",
+        Duration::from_secs(10),
+        || verdict(true),
+    )
+    .await;
+    let _ = cps(&admin, &elsewhere)
+        .delete("foreign-shared", &DeleteParams::default())
+        .await;
+    seen.expect("the kyma-system CR counts");
+    after.expect("the CR in another namespace does not count");
+}
