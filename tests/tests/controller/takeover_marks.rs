@@ -80,9 +80,10 @@ async fn a_takeover_annotation_without_a_legacy_installation_deletes_nothing() {
         )]
         .into(),
     );
-    let config_before = serde_json::to_value(&cr.spec.config).expect("json");
     let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
-    crs.create(&PostParams::default(), &cr).await.expect("CR");
+    let stored = crs.create(&PostParams::default(), &cr).await.expect("CR");
+    // As stored: the CRD's schema defaults filled in.
+    let config_before = serde_json::to_value(&stored.spec.config).expect("json");
     wait::until(
         "the takeover annotation closed",
         Duration::from_secs(30),

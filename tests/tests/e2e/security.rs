@@ -230,6 +230,11 @@ async fn a_stolen_controller_token_can_change_only_the_ca_bundle_of_the_webhook_
     let cp = control_plane();
     let admin = cp.admin().await.expect("admin");
     // The controller's RBAC and the admission policies bound to its ServiceAccount, as shipped.
+    for ns in [names::KYMA_SYSTEM, names::ISTIO_NAMESPACE] {
+        cp_tests::cluster::ensure_namespace(&admin, ns)
+            .await
+            .expect("namespace");
+    }
     cp_tests::manifest::apply_file(
         &admin,
         &cp_tests::workspace_root().join("manifests/rbac/controller.yaml"),
