@@ -121,7 +121,7 @@ fn quantity(s: &str) -> Option<f64> {
 /// A 403 in a namespace: name the RoleBinding that would allow it.
 fn forbidden_namespace(what: &str, ns: &str) -> Error {
     Error::Invalid(format!(
-        "{what}: the controller may not write in namespace {ns}; it writes only where ClusterRole connectivity-proxy-operator-namespaced is bound (kyma-system, istio-system): kubectl create rolebinding connectivity-proxy-operator-controller -n {ns} --clusterrole=connectivity-proxy-operator-namespaced --serviceaccount=kyma-system:connectivity-proxy-controller"
+        "{what}: the controller may not write in namespace {ns}; outside kyma-system it writes the tunnel's Secrets and certificates only where ClusterRole connectivity-proxy-operator-istio is bound (istio-system): kubectl create rolebinding connectivity-proxy-operator-controller -n {ns} --clusterrole=connectivity-proxy-operator-istio --serviceaccount=kyma-system:connectivity-proxy-controller"
     ))
 }
 

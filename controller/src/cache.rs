@@ -64,6 +64,7 @@ impl Cache {
             let scopes: Vec<Option<String>> = match kind.scope() {
                 Scope::Namespaced => CACHED_NAMESPACES
                     .iter()
+                    .filter(|n| **n == names::KYMA_SYSTEM || kind.in_istio_namespace())
                     .map(|n| Some(n.to_string()))
                     .collect(),
                 Scope::Cluster => vec![None],
@@ -250,7 +251,12 @@ impl Cache {
         let mut out = Vec::new();
         for &kind in kinds {
             let scopes: Vec<Option<&str>> = match kind.scope() {
-                Scope::Namespaced => namespaces.iter().map(|n| Some(n.as_str())).collect(),
+                // Outside the CR's namespace (the Istio namespace) only the kinds that live there.
+                Scope::Namespaced => namespaces
+                    .iter()
+                    .filter(|n| n.as_str() == owner.0 || kind.in_istio_namespace())
+                    .map(|n| Some(n.as_str()))
+                    .collect(),
                 Scope::Cluster => vec![None],
             };
             for ns in scopes {

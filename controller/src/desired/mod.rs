@@ -84,6 +84,16 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Whether objects of this kind may live in the Istio namespace (the tunnel's TLS Secrets and
+    /// their certificate). Nothing else is ever written, watched or listed there: the controller's
+    /// RBAC in that namespace grants only these kinds (no workload, no ConfigMap, no Service).
+    pub fn in_istio_namespace(self) -> bool {
+        matches!(
+            self,
+            Kind::Secret | Kind::GardenerCertificate | Kind::CertManagerCertificate
+        )
+    }
+
     /// All managed kinds, in apply order.
     pub const ALL: [Kind; 13] = [
         Kind::PriorityClass,

@@ -4,4 +4,5 @@
 
 mod btp_mappings;
 mod install;
+mod stolen_token;
 mod takeover_marks;

@@ -235,8 +235,35 @@ fn cluster_wide_grants_write_no_core_kind_and_read_no_secret() {
         })
         .collect();
     bound_in.sort();
-    assert_eq!(bound_in, vec!["istio-system", "kyma-system"]);
+    assert_eq!(bound_in, vec!["kyma-system"]);
     assert!(!cluster_bound.contains("connectivity-proxy-operator-namespaced"));
+    // The Istio namespace gets only the tunnel's Secrets and certificates: no workload runs there.
+    let istio: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "RoleBinding" && d["metadata"]["namespace"] == "istio-system")
+        .collect();
+    assert_eq!(istio.len(), 1, "one RoleBinding in istio-system");
+    assert_eq!(
+        istio[0]["roleRef"]["name"],
+        "connectivity-proxy-operator-istio"
+    );
+    assert!(!cluster_bound.contains("connectivity-proxy-operator-istio"));
+    let role = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "ClusterRole"
+                && d["metadata"]["name"] == "connectivity-proxy-operator-istio"
+        })
+        .expect("the Istio namespace's ClusterRole");
+    for rule in role["rules"].as_array().into_iter().flatten() {
+        for r in rule["resources"].as_array().into_iter().flatten() {
+            assert!(
+                ["secrets", "certificates", "envoyfilters"]
+                    .contains(&r.as_str().unwrap_or_default()),
+                "the controller may write {r} in the Istio namespace"
+            );
+        }
+    }
 }
 
 /// Whether a NetworkPolicy `podSelector` (matchLabels / matchExpressions with In) selects `labels`.

@@ -1,0 +1,113 @@
+//! What a stolen controller token can do in the Istio namespace and to the ServiceMapping CRD: only
+//! what the module needs there (security round 2, item 1), enforced by RBAC and by the API server's
+//! admission policies bound to the controller's ServiceAccount.
+
+use std::time::Duration;
+
+use cp_tests::support::scenario;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+fn refused<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) -> String {
+    match r {
+        Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => s.message,
+        other => panic!("{what}: expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_stolen_controller_token_runs_nothing_in_the_istio_namespace_and_cannot_rewrite_the_mapping_crd()
+ {
+    let env = scenario().await;
+    let token = env
+        .cp
+        .client(&cp_tests::cluster::Identity::ServiceAccount {
+            namespace: "kyma-system".into(),
+            name: "connectivity-proxy-controller".into(),
+        })
+        .await
+        .expect("controller identity");
+    let core = |kind: &str, plural: &str| ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    let sts = ApiResource {
+        group: "apps".into(),
+        version: "v1".into(),
+        api_version: "apps/v1".into(),
+        kind: "StatefulSet".into(),
+        plural: "statefulsets".into(),
+    };
+    let attempts = [
+        (
+            sts,
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "planted"},
+                "spec": {"selector": {"matchLabels": {"a": "b"}}, "serviceName": "x",
+                    "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"serviceAccountName": "istiod",
+                        "containers": [{"name": "c", "image": "busybox"}]}}}}),
+        ),
+        (
+            core("ConfigMap", "configmaps"),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "planted"}}),
+        ),
+        (
+            core("Service", "services"),
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "planted"},
+                "spec": {"ports": [{"port": 80}]}}),
+        ),
+    ];
+    for (ar, body) in attempts {
+        let api: Api<DynamicObject> = Api::namespaced_with(token.clone(), "istio-system", &ar);
+        let obj: DynamicObject = serde_json::from_value(body).expect("object");
+        refused(
+            &format!("create a {} in istio-system", ar.kind),
+            api.create(&PostParams::default(), &obj).await,
+        );
+    }
+
+    // The ServiceMapping CRD: its takeover label, and nothing else.
+    let crds: Api<CustomResourceDefinition> = Api::all(token.clone());
+    let name = "servicemappings.connectivityproxy.sap.com";
+    let label = json!({"metadata": {"labels": {"kyma-project.io/module": "connectivity-proxy"}}});
+    // The policy is in force within seconds of its creation: probe with a label change it refuses,
+    // a new value each time, so a probe admitted early changes nothing that matters.
+    let n = std::sync::atomic::AtomicU32::new(0);
+    cp_tests::wait::until("the CRD policy in force", Duration::from_secs(20), || {
+        let crds = crds.clone();
+        let v = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            let p = json!({"metadata": {"labels": {"cp-test/probe": v.to_string()}}});
+            match crds
+                .patch(name, &PatchParams::default(), &Patch::Merge(&p))
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => Ok(Some(())),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await
+    .expect("another label refused");
+    let unprobe = json!({"metadata": {"labels": {"cp-test/probe": null}}});
+    Api::<CustomResourceDefinition>::all(env.admin.clone())
+        .patch(name, &PatchParams::default(), &Patch::Merge(&unprobe))
+        .await
+        .expect("probe label removed");
+    let spec_edit: json_patch::Patch = serde_json::from_value(
+        json!([{"op": "replace", "path": "/spec/versions/0/served", "value": false}]),
+    )
+    .expect("patch");
+    let msg = refused(
+        "a spec edit of the CRD",
+        crds.patch(name, &PatchParams::default(), &Patch::Json::<()>(spec_edit))
+            .await,
+    );
+    assert!(msg.contains("kyma-project.io/module"), "{msg}");
+    crds.patch(name, &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .expect("the takeover's label is admitted");
+}
