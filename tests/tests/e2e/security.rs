@@ -416,3 +416,42 @@ async fn a_cr_in_another_namespace_never_changes_the_servicemapping_rules() {
     seen.expect("the kyma-system CR counts");
     after.expect("the CR in another namespace does not count");
 }
+
+/// Every free-form field has a size limit, enforced by the API server from the CRD schema.
+#[tokio::test]
+async fn oversized_fields_are_refused_by_the_crd_schema_naming_the_field() {
+    webhook().await;
+    let ns = control_plane().namespace("sec-sizes").await.expect("ns");
+    let api = cps(&alice().await, &ns);
+    let mut cr = default_cr("big");
+    cr["spec"]["secretConfig"]["integration"]["connectivityService"]["secretName"] =
+        json!("a".repeat(300));
+    let obj: DynamicObject = serde_json::from_value(cr).expect("object");
+    match api.create(&PostParams::default(), &obj).await {
+        Err(kube::Error::Api(s)) if s.code == 422 => assert!(
+            s.message.contains("secretName") && s.message.contains("253"),
+            "{}",
+            s.message
+        ),
+        other => panic!("a 300-character secret name: expected 422, got {other:?}"),
+    }
+    let mappings: Api<DynamicObject> = Api::all_with(
+        alice().await,
+        &ApiResource::erase::<cp_api::ServiceMapping>(&()),
+    );
+    let sm: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+        "metadata": {"name": "sec-sizes"},
+        "spec": {"type": "RFC", "subaccountId": "00000000-0000-0000-0000-0000000000bb", "serviceId": "sec-sizes",
+            "internalAddress": format!("{}.erp:3300", "e".repeat(2000)),
+            "locationIds": (0..300).map(|i| format!("loc{i}")).collect::<Vec<_>>()}}))
+    .expect("mapping");
+    match mappings.create(&PostParams::default(), &sm).await {
+        Err(kube::Error::Api(s)) if s.code == 422 => assert!(
+            s.message.contains("internalAddress") && s.message.contains("locationIds"),
+            "{}",
+            s.message
+        ),
+        other => panic!("an oversized mapping: expected 422, got {other:?}"),
+    }
+}
