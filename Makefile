@@ -7,7 +7,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/cp-operator/target-$(CHECKOUT_KEY)
 export CARGO_TERM_COLOR ?= never
 BIN := $(CARGO_TARGET_DIR)/debug
 
-.PHONY: all run run-cluster test lint fmt k8s-bins node-bins build manifests check-manifests check-leaks clean-local soak fuzz bench go-peer \
+.PHONY: all run run-cluster test lint fmt k8s-bins node-bins build manifests check-leaks soak fuzz bench go-peer \
 	preflight images check-reference print-target-dir deny audit release sbom
 
 all: build
