@@ -3,4 +3,5 @@
 #![forbid(unsafe_code)]
 
 mod btp_mappings;
+mod honest_state;
 mod install;
