@@ -134,6 +134,12 @@ impl Cache {
         }
     }
 
+    /// The caches that reading `kinds` in `namespaces` needs and that have not listed yet
+    /// ([`unsynced_stores`]): while any is listed here, no prune and no deletion is decided.
+    pub fn unsynced(&self, kinds: &[Kind], namespaces: &[String]) -> Vec<String> {
+        unsynced_stores(&self.managed, |k| self.crd_missing(k), kinds, namespaces)
+    }
+
     fn store(&self, kind: Kind, namespace: Option<&str>) -> Option<&Store<DynamicObject>> {
         self.managed.get(&(kind, namespace.map(String::from)))
     }
@@ -313,13 +319,38 @@ impl Cache {
 
 /// The stores among `stores` that reading `kinds` in `namespaces` (and cluster scope) needs and that
 /// have not had their first complete listing yet, named for a log line.
+///
+/// A kind whose CRD is absent counts as synced and empty: its store starts only once the CRD is
+/// established (a watch would retry a failing LIST forever), so waiting for it would stall every
+/// decision in a cluster without, say, cert-manager; and nothing of that kind can exist. From the
+/// moment its CRD is established the kind gates like any other until its store has listed. A
+/// namespace no cache covers is listed from the API when read, so it never waits.
 pub fn unsynced_stores(
-    _stores: &HashMap<(Kind, Option<String>), Store<DynamicObject>>,
-    _crd_absent: impl Fn(Kind) -> bool,
-    _kinds: &[Kind],
-    _namespaces: &[String],
+    stores: &HashMap<(Kind, Option<String>), Store<DynamicObject>>,
+    crd_absent: impl Fn(Kind) -> bool,
+    kinds: &[Kind],
+    namespaces: &[String],
 ) -> Vec<String> {
-    vec![]
+    let mut out = Vec::new();
+    for &kind in kinds.iter().filter(|k| !crd_absent(**k)) {
+        let scopes: Vec<Option<String>> = match kind.scope() {
+            Scope::Namespaced => namespaces.iter().cloned().map(Some).collect(),
+            Scope::Cluster => vec![None],
+        };
+        for ns in scopes {
+            let Some(store) = stores.get(&(kind, ns.clone())) else {
+                continue;
+            };
+            if !matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+                let plural = kind.api_resource().plural;
+                out.push(match ns {
+                    Some(ns) => format!("{plural} in {ns}"),
+                    None => plural,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// How often a managed kind whose CRD is missing looks for it in the CRD store.

@@ -194,22 +194,30 @@ pub async fn write(ctx: &Ctx, cr: &ConnectivityProxy, computed: &Computed) -> Re
             action: "Reconcile".into(),
             secondary: None,
         };
-        // An Event is best effort: it never holds up the reconcile.
-        match tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            ctx.recorder.publish(&event, &cr.object_ref(&())),
-        )
-        .await
-        {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "publishing an Event failed"),
-            Err(_) => tracing::warn!("publishing an Event timed out"),
-        }
+        publish(ctx, &event, &cr.object_ref(&())).await;
     }
     Ok(())
 }
 
-fn truncate(s: &str, max: usize) -> String {
+/// Publishes an Event about `regarding`. Best effort: it never holds up the reconcile.
+pub async fn publish(
+    ctx: &Ctx,
+    event: &Event,
+    regarding: &k8s_openapi::api::core::v1::ObjectReference,
+) {
+    match tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        ctx.recorder.publish(event, regarding),
+    )
+    .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "publishing an Event failed"),
+        Err(_) => tracing::warn!("publishing an Event timed out"),
+    }
+}
+
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }

@@ -7,8 +7,8 @@ use cp_api::{ConnectivityProxy, ServiceMapping, State};
 use cp_tests::fixtures::service_mapping;
 use cp_tests::support::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// The mapping names ConfigMap `connectivity-proxy-service-mappings` publishes.
@@ -19,7 +19,10 @@ async fn published(admin: &Client) -> Result<Vec<String>, String> {
         .map_err(|e| e.to_string())?;
     let json = cm
         .data
-        .and_then(|d| d.get(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS_KEY).cloned())
+        .and_then(|d| {
+            d.get(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS_KEY)
+                .cloned()
+        })
         .unwrap_or_default();
     let entries: Vec<Value> = serde_json::from_str(&json).map_err(|e| e.to_string())?;
     Ok(entries
@@ -49,7 +52,8 @@ async fn wait_published(admin: &Client, names: &[&str], what: &str) {
 /// Waits for a Warning Event about the cluster-scoped ServiceMapping `name` whose note contains `text`.
 async fn wait_mapping_warning(admin: &Client, name: &str, text: &str) -> String {
     // Events about cluster-scoped objects live in namespace default.
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), "default");
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(admin.clone(), "default");
     cp_tests::wait::until(
         &format!("a Warning Event on ServiceMapping {name} naming {text}"),
         Duration::from_secs(20),
@@ -236,7 +240,10 @@ async fn a_user_secret_without_a_usable_service_key_is_not_ready() {
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
     // A working key (its CA URL is the test's endpoint): the one the BTP operator stand-in wrote.
     let good_key = secrets
-        .get(&cp_api::names::binding_secret_name("connectivity-proxy", NS))
+        .get(&cp_api::names::binding_secret_name(
+            "connectivity-proxy",
+            NS,
+        ))
         .await
         .expect("binding Secret")
         .data
@@ -252,7 +259,10 @@ async fn a_user_secret_without_a_usable_service_key_is_not_ready() {
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "users-key"},
         "stringData": {"credentials": "{\"clientid\": \"x\"}"}}))
     .expect("secret");
-    secrets.create(&PostParams::default(), &secret).await.expect("create");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create");
     wait_key_warning(admin, &["kyma-system/users-key", "service_key", "no key"]).await;
     // A service_key that is not a service key's JSON.
     secrets
