@@ -84,7 +84,8 @@ pub fn unique(mappings: &[Arc<ServiceMapping>]) -> (Vec<Arc<ServiceMapping>>, Ve
     let published = mappings
         .iter()
         .zip(published)
-        .filter_map(|(m, p)| p.then(|| m.clone()))
+        .filter(|(_, p)| *p)
+        .map(|(m, _)| m.clone())
         .collect();
     (published, conflicts)
 }
@@ -115,10 +116,13 @@ pub async fn reconcile_mappings(
     use futures::StreamExt;
     let api: Api<ServiceMapping> = Api::all(client.clone());
     let pp = PatchParams::apply(names::FIELD_MANAGER).force();
-    let all = published
-        .iter()
-        .map(|m| (m.clone(), Some(endpoint(m, resolved, port))))
-        .chain(unpublished.iter().map(|m| (m.clone(), None)));
+    // Collected first: a lazy iterator of closures held across the awaits makes the future's
+    // lifetimes too general for the controller's `Send` bound.
+    let mut all: Vec<(Arc<ServiceMapping>, Option<String>)> = Vec::new();
+    for m in published {
+        all.push((m.clone(), Some(endpoint(m, resolved, port))));
+    }
+    all.extend(unpublished.iter().map(|m| (m.clone(), None)));
     let results: Vec<Result<usize, Error>> = futures::stream::iter(all)
         .map(|(m, want)| {
             let (api, pp) = (api.clone(), pp.clone());
@@ -207,7 +211,13 @@ mod tests {
         let t1 = Some("2026-01-01T00:00:00Z");
         let t2 = Some("2026-01-02T00:00:00Z");
         // (what, mappings, published, (loser, winner) pairs)
-        let cases: Vec<(&str, Vec<Arc<ServiceMapping>>, Vec<&str>, Vec<(&str, &str)>)> = vec![
+        type Case<'a> = (
+            &'a str,
+            Vec<Arc<ServiceMapping>>,
+            Vec<&'a str>,
+            Vec<(&'a str, &'a str)>,
+        );
+        let cases: Vec<Case> = vec![
             (
                 "no duplicates",
                 vec![m("b", t1, "1", "x"), m("a", t2, "2", "y")],

@@ -215,20 +215,37 @@ async fn use_secret(admin: &Client, name: &str) {
         .expect("edit secretName");
 }
 
+/// Waits until the CR is Warning `ServiceKeyInvalid` with a description holding every one of `text`.
 async fn wait_key_warning(admin: &Client, text: &[&str]) {
-    let cr = wait_state(
-        admin,
-        NS,
-        "connectivity-proxy",
-        State::Warning,
-        Some("ServiceKeyInvalid"),
+    let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
+    cp_tests::wait::until(
+        &format!("Warning ServiceKeyInvalid naming {text:?}"),
         Duration::from_secs(20),
+        || {
+            let api = api.clone();
+            async move {
+                let st = api
+                    .get("connectivity-proxy")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status
+                    .unwrap_or_default();
+                let d = st.description.clone().unwrap_or_default();
+                let reason = st
+                    .conditions
+                    .iter()
+                    .any(|c| c.reason == "ServiceKeyInvalid");
+                if st.state == Some(State::Warning) && reason && text.iter().all(|t| d.contains(t))
+                {
+                    Ok(Some(()))
+                } else {
+                    Err(format!("{:?}: {d}", st.state))
+                }
+            }
+        },
     )
-    .await;
-    let d = cr.status.and_then(|s| s.description).unwrap_or_default();
-    for t in text {
-        assert!(d.contains(t), "{t:?} in {d}");
-    }
+    .await
+    .expect("ServiceKeyInvalid");
 }
 
 #[tokio::test]
