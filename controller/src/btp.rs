@@ -24,15 +24,20 @@ pub struct ServiceKey {
 }
 
 impl ServiceKey {
-    /// Parses a key; fields that are absent stay `None`.
-    pub fn parse(content: Vec<u8>) -> Self {
-        let v: Value = serde_json::from_slice(&content).unwrap_or(Value::Null);
+    /// Parses a key, which must be a JSON object (a Connectivity service key); fields that are absent
+    /// stay `None`. The error says what is wrong without quoting the content (it is a credential).
+    pub fn parse(content: Vec<u8>) -> Result<Self, String> {
+        let v: Value =
+            serde_json::from_slice(&content).map_err(|e| format!("is not JSON ({e})"))?;
+        if !v.is_object() {
+            return Err("is JSON but not a JSON object".into());
+        }
         let field = |k: &str| v.get(k).and_then(Value::as_str).map(String::from);
-        Self {
+        Ok(Self {
             subaccount_id: field("subaccount_id"),
             subaccount_subdomain: field("subaccount_subdomain"),
             content,
-        }
+        })
     }
 }
 
@@ -45,6 +50,16 @@ pub struct Outcome {
     pub key: Option<ServiceKey>,
     /// Why the key is not available yet (the state stays Processing).
     pub waiting: Option<String>,
+    /// Why the key the CR points at cannot be used: the user must act (the state is Warning).
+    pub invalid: Option<String>,
+}
+
+/// How a service key that does not parse is fixed, by where it comes from.
+const KEY_FIX: &str = "put the Connectivity service key there as the JSON object SAP BTP issues \
+     (a service key or binding of the connectivity service, plan connectivity_proxy)";
+
+fn unusable(where_: &str, problem: &str) -> String {
+    format!("{where_} does not hold a usable service key: it {problem}; {KEY_FIX}")
 }
 
 fn credentials_key(cr: &ConnectivityProxy) -> String {
@@ -127,22 +142,74 @@ pub fn service_key(
             ))
         })?;
         let objects = vec![key_secret(cr, &ns, &secret_name, &content)];
-        return Ok(Outcome {
-            objects,
-            key: Some(ServiceKey::parse(content)),
-            waiting: None,
+        return Ok(match ServiceKey::parse(content) {
+            Ok(key) => Outcome {
+                objects,
+                key: Some(key),
+                ..Outcome::default()
+            },
+            Err(problem) => Outcome {
+                objects,
+                invalid: Some(unusable(
+                    "spec.secretConfig.integration.connectivityService.secretData",
+                    &problem,
+                )),
+                ..Outcome::default()
+            },
         });
     }
-    // A Secret the user manages: read for the subaccount values, never written.
-    let content = secret.and_then(|s| s.data.as_ref()).and_then(|d| {
-        d.get(&key_name)
-            .or_else(|| d.get(names::SECRET_SERVICE_KEY_KEY))
-            .map(|b| b.0.clone())
-    });
-    Ok(Outcome {
-        objects: vec![],
-        key: content.map(ServiceKey::parse),
-        waiting: None,
+    // A Secret the user manages: read for the key and the subaccount values, never written.
+    Ok(
+        match from_user_secret(&ns, &secret_name, &key_name, secret) {
+            Ok(key) => Outcome {
+                key: Some(key),
+                ..Outcome::default()
+            },
+            Err(problem) => Outcome {
+                invalid: Some(problem),
+                ..Outcome::default()
+            },
+        },
+    )
+}
+
+/// The key in the user's Secret `ns/name`, under `key_name` (the configured credentials key) or
+/// `service_key`; the error names the Secret, the key and the fix.
+fn from_user_secret(
+    ns: &str,
+    name: &str,
+    key_name: &str,
+    secret: Option<&Secret>,
+) -> Result<ServiceKey, String> {
+    let std = names::SECRET_SERVICE_KEY_KEY;
+    let keys = if key_name == std {
+        std.to_string()
+    } else {
+        format!("{key_name} (or {std})")
+    };
+    let Some(secret) = secret else {
+        return Err(format!(
+            "Secret {ns}/{name}, named in spec.secretConfig.integration.connectivityService.secretName, \
+             does not exist; create it with the Connectivity service key under key {keys}, or set \
+             secretName to auto-provision"
+        ));
+    };
+    let data = secret.data.as_ref();
+    let found = data
+        .and_then(|d| d.get(key_name).map(|b| (key_name, b)))
+        .or_else(|| data.and_then(|d| d.get(std).map(|b| (std, b))));
+    let Some((found_under, content)) = found else {
+        return Err(format!(
+            "Secret {ns}/{name}, named in spec.secretConfig.integration.connectivityService.secretName, \
+             has no key {keys}; add the Connectivity service key under key {keys} (another key name \
+             goes into spec.config.integration.connectivityService.serviceCredentialsKey)"
+        ));
+    };
+    ServiceKey::parse(content.0.clone()).map_err(|problem| {
+        unusable(
+            &format!("key {found_under} of Secret {ns}/{name}"),
+            &problem,
+        )
     })
 }
 
@@ -187,23 +254,34 @@ fn from_binding(
     let content = secret
         .and_then(|s| s.data.as_ref())
         .and_then(|d| d.get(key_name).map(|b| b.0.clone()));
-    let (key, waiting) = match (waiting, content) {
-        (Some(w), _) => (None, Some(w)),
+    let (key, waiting, invalid) = match (waiting, content) {
+        (Some(w), _) => (None, Some(w), None),
         (None, None) => (
             None,
             Some(format!(
                 "Secret {binding_secret} of ServiceBinding {binding_name} has no key {key_name} yet"
             )),
+            None,
         ),
         (None, Some(content)) => {
             objects.push(key_secret(cr, ns, names::SECRET_SERVICE_KEY, &content));
-            (Some(ServiceKey::parse(content)), None)
+            match ServiceKey::parse(content) {
+                Ok(key) => (Some(key), None, None),
+                Err(problem) => {
+                    let at = format!(
+                        "key {key_name} of Secret {ns}/{binding_secret} (written by the SAP BTP \
+                         service operator for ServiceBinding {binding_name})"
+                    );
+                    (None, None, Some(unusable(&at, &problem)))
+                }
+            }
         }
     };
     Outcome {
         objects,
         key,
         waiting,
+        invalid,
     }
 }
 
@@ -215,9 +293,17 @@ mod tests {
     fn parses_subaccount_fields() {
         let k = ServiceKey::parse(
             br#"{"subaccount_id":"sub-1","subaccount_subdomain":"dom","clientid":"x"}"#.to_vec(),
-        );
+        )
+        .expect("a key");
         assert_eq!(k.subaccount_id.as_deref(), Some("sub-1"));
         assert_eq!(k.subaccount_subdomain.as_deref(), Some("dom"));
-        assert_eq!(ServiceKey::parse(b"not json".to_vec()).subaccount_id, None);
+        assert_eq!(
+            ServiceKey::parse(br#"{"clientid":"x"}"#.to_vec()).map(|k| k.subaccount_id),
+            Ok(None)
+        );
+        for bad in [&b"not json"[..], b"\"clientid\"", b"[1]", b""] {
+            let err = ServiceKey::parse(bad.to_vec()).expect_err("not a key");
+            assert!(err.contains("JSON"), "{err}");
+        }
     }
 }

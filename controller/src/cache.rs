@@ -135,6 +135,12 @@ impl Cache {
         }
     }
 
+    /// The caches that reading `kinds` in `namespaces` needs and that have not listed yet
+    /// ([`unsynced_stores`]): while any is listed here, no prune and no deletion is decided.
+    pub fn unsynced(&self, kinds: &[Kind], namespaces: &[String]) -> Vec<String> {
+        unsynced_stores(&self.managed, |k| self.crd_missing(k), kinds, namespaces)
+    }
+
     fn store(&self, kind: Kind, namespace: Option<&str>) -> Option<&Store<DynamicObject>> {
         self.managed.get(&(kind, namespace.map(String::from)))
     }
@@ -317,6 +323,42 @@ impl Cache {
     }
 }
 
+/// The stores among `stores` that reading `kinds` in `namespaces` (and cluster scope) needs and that
+/// have not had their first complete listing yet, named for a log line.
+///
+/// A kind whose CRD is absent counts as synced and empty: its store starts only once the CRD is
+/// established (a watch would retry a failing LIST forever), so waiting for it would stall every
+/// decision in a cluster without, say, cert-manager; and nothing of that kind can exist. From the
+/// moment its CRD is established the kind gates like any other until its store has listed. A
+/// namespace no cache covers is listed from the API when read, so it never waits.
+pub fn unsynced_stores(
+    stores: &HashMap<(Kind, Option<String>), Store<DynamicObject>>,
+    crd_absent: impl Fn(Kind) -> bool,
+    kinds: &[Kind],
+    namespaces: &[String],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for &kind in kinds.iter().filter(|k| !crd_absent(**k)) {
+        let scopes: Vec<Option<String>> = match kind.scope() {
+            Scope::Namespaced => namespaces.iter().cloned().map(Some).collect(),
+            Scope::Cluster => vec![None],
+        };
+        for ns in scopes {
+            let Some(store) = stores.get(&(kind, ns.clone())) else {
+                continue;
+            };
+            if !matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+                let plural = kind.api_resource().plural;
+                out.push(match ns {
+                    Some(ns) => format!("{plural} in {ns}"),
+                    None => plural,
+                });
+            }
+        }
+    }
+    out
+}
+
 /// How often a managed kind whose CRD is missing looks for it in the CRD store.
 const CRD_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -360,5 +402,71 @@ where
             }
             Err(e) => tracing::debug!(kind = %what, error = %e, "watch of a cached kind"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(writer: &mut reflector::store::Writer<DynamicObject>) {
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+    }
+
+    #[test]
+    fn no_decision_reads_a_store_that_has_not_listed_unless_its_crd_is_absent() {
+        let ks = || Some(names::KYMA_SYSTEM.to_string());
+        let mut writers = HashMap::new();
+        let mut stores = HashMap::new();
+        for key in [
+            (Kind::ConfigMap, ks()),
+            (Kind::Secret, ks()),
+            (Kind::Gateway, Some(names::ISTIO_NAMESPACE.to_string())),
+            (Kind::PriorityClass, None),
+            (Kind::StatefulSet, ks()),
+        ] {
+            let w = reflector::store::Writer::<DynamicObject>::new(key.0.api_resource());
+            stores.insert(key.clone(), w.as_reader());
+            writers.insert(key, w);
+        }
+        for key in [(Kind::ConfigMap, ks()), (Kind::PriorityClass, None)] {
+            listed(writers.get_mut(&key).expect("writer"));
+        }
+        let namespaces = vec![
+            names::KYMA_SYSTEM.to_string(),
+            names::ISTIO_NAMESPACE.to_string(),
+            // No cache covers it: read from the API, never waited for.
+            "istio-ingress".to_string(),
+        ];
+        let kinds = [
+            Kind::ConfigMap,
+            Kind::Secret,
+            Kind::Gateway,
+            Kind::PriorityClass,
+        ];
+        let istio_absent = |k: Kind| k == Kind::Gateway;
+        // The Secret store has not listed: no prune, no deletion. The Gateway store never starts
+        // while its CRD is absent: nothing of that kind exists, so it is synced and empty. The
+        // StatefulSet store is not read by this decision.
+        assert_eq!(
+            unsynced_stores(&stores, istio_absent, &kinds, &namespaces),
+            vec!["secrets in kyma-system".to_string()]
+        );
+        // Once the Istio CRDs appear, the Gateway store gates from then on, until it has listed.
+        assert_eq!(
+            unsynced_stores(&stores, |_| false, &kinds, &namespaces),
+            vec![
+                "secrets in kyma-system".to_string(),
+                "gateways in istio-system".to_string()
+            ]
+        );
+        listed(writers.get_mut(&(Kind::Secret, ks())).expect("writer"));
+        listed(
+            writers
+                .get_mut(&(Kind::Gateway, Some(names::ISTIO_NAMESPACE.to_string())))
+                .expect("writer"),
+        );
+        assert!(unsynced_stores(&stores, |_| false, &kinds, &namespaces).is_empty());
     }
 }

@@ -55,6 +55,8 @@ pub struct Ctx {
     pub synced: Arc<std::sync::atomic::AtomicBool>,
     /// Consecutive reconcile failures per CR (`namespace/name`), for the error backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// Duplicate ServiceMappings already reported by an Event, as (loser uid, winner uid).
+    pub reported_conflicts: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 /// How long a fetched Connectivity CA is trusted before it is fetched again.

@@ -286,6 +286,7 @@ async fn run() -> anyhow::Result<()> {
         shoot_info: shoot_store,
         ca_fetched: Default::default(),
         failures: Default::default(),
+        reported_conflicts: Default::default(),
         synced: health.ready.clone(),
         settings: Settings {
             deployment_defaults: cp_controller::upgrade::release_defaults(overrides.as_ref()),

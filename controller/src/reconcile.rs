@@ -29,6 +29,17 @@ pub async fn reconcile(cr: Arc<ConnectivityProxy>, ctx: Arc<Ctx>) -> Result<Acti
         Ok(None) => return Ok(Action::await_change()),
         Err(e) => return Err(e),
     };
+    // The managed-object caches this CR's prune and deletion read: an object a cache has not listed
+    // yet would be left behind by a deletion (the finalizer released) or kept by a prune. A kind
+    // whose CRD is absent counts as listed and empty, so a cluster without it does not stall.
+    let pending = ctx.cache.unsynced(
+        &ctx.available_kinds(),
+        &crate::desired::object_namespaces(&cr),
+    );
+    if !pending.is_empty() {
+        tracing::info!(stores = ?pending, "managed-object caches not synced yet; reconciling once they are");
+        return Ok(Action::requeue(std::time::Duration::from_secs(1)));
+    }
     let result = if cr.meta().deletion_timestamp.is_some() {
         tracing::Span::current().record("action", "delete");
         crate::deletion::reconcile_deletion(&cr, &ctx).await
@@ -201,14 +212,53 @@ async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, install: &Install) -> Result
         };
     }
     let port = cp_api::validation::external_port(&cr.spec);
-    let mappings = ctx.mappings.state();
-    if let Err(e) =
-        crate::mappings::reconcile_mappings(&ctx.client, &mappings, &install.resolved, port).await
+    let losers: Vec<_> = install.conflicts.iter().map(|c| c.loser.clone()).collect();
+    if let Err(e) = crate::mappings::reconcile_mappings(
+        &ctx.client,
+        &install.published,
+        &losers,
+        &install.resolved,
+        port,
+    )
+    .await
     {
         tracing::warn!(error = %e, "updating ServiceMappings");
     }
+    report_conflicts(ctx, &install.conflicts).await;
     status::write(ctx, cr, &install.status).await?;
     Ok(Action::requeue(install.requeue))
+}
+
+/// A Warning Event on each mapping that is not published, once per (mapping, winner): a steady
+/// state writes no Events. A conflict that is resolved and comes back is reported again.
+async fn report_conflicts(ctx: &Ctx, conflicts: &[crate::mappings::Conflict]) {
+    let id = |c: &crate::mappings::Conflict| {
+        let uid = |m: &cp_api::ServiceMapping| m.uid().unwrap_or_else(|| m.name_any());
+        (uid(&c.loser), uid(&c.winner))
+    };
+    let new: Vec<&crate::mappings::Conflict> = match ctx.reported_conflicts.lock() {
+        Ok(mut reported) => {
+            let current: std::collections::HashSet<_> = conflicts.iter().map(id).collect();
+            let new = conflicts
+                .iter()
+                .filter(|c| !reported.contains(&id(c)))
+                .collect();
+            *reported = current;
+            new
+        }
+        Err(_) => return,
+    };
+    for c in new {
+        tracing::warn!(mapping = %c.loser.name_any(), older = %c.winner.name_any(), "duplicate ServiceMapping not published");
+        let event = kube::runtime::events::Event {
+            type_: kube::runtime::events::EventType::Warning,
+            reason: "DuplicateServiceMapping".into(),
+            note: Some(status::truncate(&c.message(), 1000)),
+            action: "Publish".into(),
+            secondary: Some(c.winner.object_ref(&())),
+        };
+        status::publish(ctx, &event, &c.loser.object_ref(&())).await;
+    }
 }
 
 fn record_tunnel(ctx: &Ctx, install: &Install) {

@@ -194,17 +194,7 @@ pub async fn write(ctx: &Ctx, cr: &ConnectivityProxy, computed: &Computed) -> Re
             action: "Reconcile".into(),
             secondary: None,
         };
-        // An Event is best effort: it never holds up the reconcile.
-        match tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            ctx.recorder.publish(&event, &cr.object_ref(&())),
-        )
-        .await
-        {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "publishing an Event failed"),
-            Err(_) => tracing::warn!("publishing an Event timed out"),
-        }
+        publish(ctx, &event, &cr.object_ref(&())).await;
     }
     Ok(())
 }
@@ -218,9 +208,18 @@ pub async fn warn(ctx: &Ctx, cr: &ConnectivityProxy, reason: &str, note: &str) {
         action: "Reconcile".into(),
         secondary: None,
     };
+    publish(ctx, &event, &cr.object_ref(&())).await;
+}
+
+/// Publishes an Event about `regarding`. Best effort: it never holds up the reconcile.
+pub async fn publish(
+    ctx: &Ctx,
+    event: &Event,
+    regarding: &k8s_openapi::api::core::v1::ObjectReference,
+) {
     match tokio::time::timeout(
         std::time::Duration::from_secs(5),
-        ctx.recorder.publish(&event, &cr.object_ref(&())),
+        ctx.recorder.publish(event, regarding),
     )
     .await
     {
@@ -230,7 +229,7 @@ pub async fn warn(ctx: &Ctx, cr: &ConnectivityProxy, reason: &str, note: &str) {
     }
 }
 
-fn truncate(s: &str, max: usize) -> String {
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
     category = "kyma-modules",
     doc = "ServiceMapping exposes a cluster service to on-premise systems through the Cloud Connector (a service channel).",
     status = "ServiceMappingStatus",
+    derive = "PartialEq",
     printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.type"}"#,
     printcolumn = r#"{"name":"Service","type":"string","jsonPath":".spec.serviceId"}"#,
     printcolumn = r#"{"name":"Internal Address","type":"string","jsonPath":".spec.internalAddress"}"#,
@@ -86,11 +87,73 @@ pub struct ServiceMappingStatus {
     pub endpoint: Option<String>,
 }
 
-/// The uniqueness key of a mapping: (type, subaccountId, serviceId).
-pub fn mapping_key(spec: &ServiceMappingSpec) -> (MappingType, String, String) {
+/// The uniqueness key of a mapping: (type, subaccountId, serviceId), the ids compared without
+/// surrounding whitespace and case (a virtual host and a subaccount GUID name the same thing either
+/// way). The webhook's uniqueness index and the controller's duplicate resolution both use it.
+pub type MappingKey = (MappingType, String, String);
+
+/// The normalised uniqueness key of a mapping ([`MappingKey`]); an absent `subaccountId` is empty.
+pub fn mapping_key(spec: &ServiceMappingSpec) -> MappingKey {
     (
         spec.kind,
-        spec.subaccount_id.clone().unwrap_or_default(),
-        spec.service_id.clone(),
+        normalise(spec.subaccount_id.as_deref().unwrap_or_default()),
+        normalise(&spec.service_id),
     )
+}
+
+fn normalise(id: &str) -> String {
+    id.trim().to_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(kind: MappingType, subaccount: Option<&str>, service: &str) -> ServiceMappingSpec {
+        ServiceMappingSpec {
+            kind,
+            subaccount_id: subaccount.map(String::from),
+            service_id: service.into(),
+            internal_address: "a:1".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn keys_compare_without_case_and_surrounding_whitespace() {
+        use MappingType::{Rfc, Tcp};
+        let key = |k, sub, svc| mapping_key(&spec(k, sub, svc));
+        let same = [
+            (
+                key(Rfc, Some("Sub-1"), "ERP"),
+                key(Rfc, Some("sub-1"), "erp"),
+            ),
+            (
+                key(Rfc, Some(" sub-1\t"), " erp "),
+                key(Rfc, Some("sub-1"), "erp"),
+            ),
+            (key(Tcp, None, "erp"), key(Tcp, Some(""), "erp")),
+            (key(Tcp, None, "erp"), key(Tcp, Some("  "), "ERP")),
+        ];
+        for (a, b) in same {
+            assert_eq!(a, b);
+        }
+        let different = [
+            (
+                key(Rfc, Some("sub-1"), "erp"),
+                key(Tcp, Some("sub-1"), "erp"),
+            ),
+            (
+                key(Rfc, Some("sub-1"), "erp"),
+                key(Rfc, Some("sub-2"), "erp"),
+            ),
+            (
+                key(Rfc, Some("sub-1"), "erp"),
+                key(Rfc, Some("sub-1"), "e rp"),
+            ),
+        ];
+        for (a, b) in different {
+            assert_ne!(a, b);
+        }
+    }
 }

@@ -96,6 +96,10 @@ pub struct Install {
     pub resolved: Resolved,
     /// The tunnel certificate (metrics).
     pub tunnel: Tunnel,
+    /// The ServiceMappings published (the oldest of each key).
+    pub published: Vec<std::sync::Arc<cp_api::ServiceMapping>>,
+    /// The ServiceMappings left out because an older one has the same key.
+    pub conflicts: Vec<crate::mappings::Conflict>,
 }
 
 fn blocked(state: State, passed: Vec<Cond>, failed: Cond, then: Then) -> Plan {
@@ -265,6 +269,13 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
             return blocked(State::Warning, vec![deps], failed, Then::Requeue(resync));
         }
     };
+    if let Some(problem) = &key.invalid {
+        // Nothing is applied or pruned: a broken Secret must not take down a proxy (or its tunnel
+        // CA) that still runs with the previous key. The Secret's watch wakes the reconcile.
+        let msg = format!("{problem}; nothing was applied");
+        let failed = Cond::failed(types::CONFIGURATION, "ServiceKeyInvalid", msg);
+        return blocked(State::Warning, vec![deps], failed, Then::Requeue(resync));
+    }
     let mut resolved = match desired::resolve(cr, &facts.cluster_facts(key.key.as_ref())) {
         Ok(r) => r,
         Err(problem) => {
@@ -306,7 +317,8 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         .and_then(|d| serde_json::from_value(d.body.clone()).ok())
         .or_else(|| facts.tunnel_tls.clone());
     resolved.secrets_hash = secrets_hash(tls.as_ref(), key.key.as_ref());
-    let mut objects = desired::desired(cr, &resolved, &facts.mappings);
+    let (published, conflicts) = crate::mappings::unique(&facts.mappings);
+    let mut objects = desired::desired(cr, &resolved, &published);
     objects.extend(tunnel.objects.iter().cloned());
     objects.extend(key.objects.iter().cloned());
     let (ca_object, ca_problem, keep_ca) = connectivity_ca_object(cr, &resolved, facts);
@@ -320,6 +332,8 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         mappings_size,
         ca_problem,
         key_waiting: key.waiting.clone(),
+        published: published.len(),
+        conflicts: &conflicts,
         statefulset_written: false,
         renew_at: tunnel.renew_at,
         resync,
@@ -339,6 +353,8 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         requeue,
         resolved,
         tunnel,
+        published,
+        conflicts,
     }))
 }
 
@@ -439,6 +455,8 @@ struct Report<'a> {
     mappings_size: usize,
     ca_problem: Option<String>,
     key_waiting: Option<String>,
+    published: usize,
+    conflicts: &'a [crate::mappings::Conflict],
     statefulset_written: bool,
     renew_at: Option<time::OffsetDateTime>,
     resync: Duration,
@@ -475,7 +493,7 @@ impl Report<'_> {
             let msg = format!(
                 "the {} ServiceMappings need {} KiB, more than fits into ConfigMap {} (limit {} KiB); \
                  the last configuration that fitted stays in use: remove ServiceMappings you no longer need",
-                self.facts.mappings.len(),
+                self.published,
                 self.mappings_size / 1024,
                 names::CONFIGMAP_SERVICE_MAPPINGS,
                 crate::mappings::MAX_CONFIGMAP_BYTES / 1024
@@ -494,6 +512,16 @@ impl Report<'_> {
         if let Some(waiting) = &self.key_waiting {
             let (state, reason) = (State::Processing, "ServiceKeyPending");
             return installed_failed(state, reason, waiting.clone(), KEY_RECHECK);
+        }
+        if !self.conflicts.is_empty() {
+            // The mapping watch wakes the reconcile when a duplicate is deleted or changed.
+            let (state, reason) = (State::Warning, "DuplicateServiceMappings");
+            return installed_failed(
+                state,
+                reason,
+                duplicates_message(self.conflicts),
+                self.resync(),
+            );
         }
         passed.push(installed);
         self.readiness(passed)
@@ -538,6 +566,27 @@ impl Report<'_> {
             },
         }
     }
+}
+
+/// How many duplicate mappings a status message names.
+const CONFLICTS_LISTED: usize = 10;
+
+/// Every conflict (up to [`CONFLICTS_LISTED`]) with both mappings and the fix.
+fn duplicates_message(conflicts: &[crate::mappings::Conflict]) -> String {
+    let mut listed: Vec<String> = conflicts
+        .iter()
+        .take(CONFLICTS_LISTED)
+        .map(crate::mappings::Conflict::message)
+        .collect();
+    let more = conflicts.len().saturating_sub(CONFLICTS_LISTED);
+    if more > 0 {
+        listed.push(format!("and {more} more (see the Warning Events on them)"));
+    }
+    format!(
+        "{} ServiceMapping(s) share (type, subaccountId, serviceId) with an older one and are not published: {}",
+        conflicts.len(),
+        listed.join("; ")
+    )
 }
 
 /// The status after a write failed: Warning when an object is not ours (needs the user; that object

@@ -588,8 +588,8 @@ fn failed_writes_name_the_object_and_who_must_act() {
 
 #[test]
 fn a_rotated_key_or_certificate_changes_the_pod_template_hash() {
-    let key = crate::btp::ServiceKey::parse(b"{}".to_vec());
-    let other = crate::btp::ServiceKey::parse(b"{\"a\":1}".to_vec());
+    let key = crate::btp::ServiceKey::parse(b"{}".to_vec()).expect("key");
+    let other = crate::btp::ServiceKey::parse(b"{\"a\":1}".to_vec()).expect("key");
     assert_eq!(secrets_hash(None, None), None);
     assert_ne!(
         secrets_hash(None, Some(&key)),
@@ -599,5 +599,162 @@ fn a_rotated_key_or_certificate_changes_the_pod_template_hash() {
     assert_ne!(
         secrets_hash(Some(&tls), Some(&key)),
         secrets_hash(None, Some(&key))
+    );
+}
+
+fn mk_mapping_at(
+    name: &str,
+    created: &str,
+    subaccount: &str,
+    service: &str,
+) -> Arc<ServiceMapping> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+            "metadata": {"name": name, "uid": format!("uid-{name}"), "creationTimestamp": created},
+            "spec": {"type": "RFC", "subaccountId": subaccount, "serviceId": service,
+                "internalAddress": format!("{name}.apps:3300")}
+        }))
+        .expect("mapping"),
+    )
+}
+
+/// The names the mappings ConfigMap of an install plan publishes.
+fn published(i: &Install) -> Vec<String> {
+    let cm = i
+        .writes
+        .iter()
+        .find(|w| w.desired.name == names::CONFIGMAP_SERVICE_MAPPINGS)
+        .expect("the mappings ConfigMap is written");
+    let json = cm.desired.body["data"][names::CONFIGMAP_SERVICE_MAPPINGS_KEY]
+        .as_str()
+        .expect("servicemappings")
+        .to_string();
+    let entries: Vec<serde_json::Value> = serde_json::from_str(&json).expect("json");
+    entries
+        .iter()
+        .filter_map(|e| e["name"].as_str().map(String::from))
+        .collect()
+}
+
+#[test]
+fn duplicate_mappings_publish_only_the_oldest_and_warn() {
+    let cr = mk_default_cr();
+    let mappings = vec![
+        // Younger, but first by name.
+        mk_mapping_at("a-newer", "2026-01-02T00:00:00Z", "sub-1", "erp"),
+        mk_mapping_at("z-oldest", "2026-01-01T00:00:00Z", "sub-1", "erp"),
+        // The same key up to case and surrounding whitespace.
+        mk_mapping_at("m-case", "2026-01-03T00:00:00Z", " SUB-1 ", "ERP\t"),
+        mk_mapping_at("other", "2026-01-04T00:00:00Z", "sub-1", "crm"),
+    ];
+    let facts = TestFacts::ready().with(|f| f.mappings = mappings);
+    let i = install(run(&cr, &facts));
+    assert_eq!(published(&i), vec!["other", "z-oldest"]);
+    assert_eq!(
+        (i.status.state, i.status.reason.as_str()),
+        (State::Warning, "DuplicateServiceMappings")
+    );
+    for name in ["a-newer", "m-case", "z-oldest"] {
+        assert!(
+            i.status.description.contains(name),
+            "{name} in {}",
+            i.status.description
+        );
+    }
+}
+
+fn mk_user_key_cr() -> ConnectivityProxy {
+    let mut spec = default_spec();
+    spec["secretConfig"]["integration"]["connectivityService"]["secretName"] = json!("users-key");
+    mk_cr(spec)
+}
+
+fn mk_user_secret(data: serde_json::Value) -> Secret {
+    serde_json::from_value(
+        json!({"metadata": {"name": "users-key", "namespace": "kyma-system"},
+        "data": data}),
+    )
+    .expect("secret")
+}
+
+#[test]
+fn an_unusable_service_key_is_a_warning_that_names_the_secret_and_the_key() {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let cr = mk_user_key_cr();
+    let good = r#"{"clientid":"c","subaccount_id":"sub-1","connectivity_service":{"CAs_path":"/api/v1/CAs","url":"https://ca.example.org"}}"#;
+    let cases: Vec<(&str, Option<Secret>, &[&str])> = vec![
+        (
+            "the Secret does not exist",
+            None,
+            &[
+                "Secret kyma-system/users-key",
+                "does not exist",
+                "service_key",
+            ],
+        ),
+        (
+            "no service_key in it",
+            Some(mk_user_secret(json!({"credentials": b64(good)}))),
+            &["Secret kyma-system/users-key", "no key service_key"],
+        ),
+        (
+            "not JSON",
+            Some(mk_user_secret(json!({"service_key": b64("clientid=x")}))),
+            &["Secret kyma-system/users-key", "service_key", "JSON"],
+        ),
+        (
+            "JSON but not an object",
+            Some(mk_user_secret(json!({"service_key": b64("\"clientid\"")}))),
+            &["Secret kyma-system/users-key", "service_key", "JSON object"],
+        ),
+    ];
+    for (what, secret, texts) in cases {
+        let facts = TestFacts::ready()
+            .with(|f| {
+                f.binding = None;
+                f.key_secret = secret;
+            })
+            .applied(&cr);
+        let (state, reason, _) = outcome(&run(&cr, &facts));
+        assert_eq!(
+            (state, reason.as_str()),
+            (State::Warning, "ServiceKeyInvalid"),
+            "{what}"
+        );
+        let Plan::Blocked { status, .. } = run(&cr, &facts) else {
+            panic!("{what}: nothing is applied")
+        };
+        for t in texts {
+            assert!(
+                status.description.contains(t),
+                "{what}: {t:?} in {}",
+                status.description
+            );
+        }
+        assert!(
+            !status.description.contains("clientid=x"),
+            "{what}: the key's content is never quoted"
+        );
+    }
+    // A usable key in the user's Secret: Ready.
+    let facts = TestFacts::ready()
+        .with(|f| {
+            f.binding = None;
+            f.key_secret = Some(mk_user_secret(json!({"service_key": b64(good)})));
+        })
+        .applied(&cr);
+    assert_eq!(outcome(&run(&cr, &facts)).0, State::Ready);
+    // secretData that is not a service key.
+    let mut inline = default_spec();
+    inline["secretConfig"]["integration"]["connectivityService"] =
+        json!({"secretName": "inline-key", "secretData": b64("not json")});
+    let cr = mk_cr(inline);
+    let facts = TestFacts::ready().applied(&cr);
+    let (state, reason, _) = outcome(&run(&cr, &facts));
+    assert_eq!(
+        (state, reason.as_str()),
+        (State::Warning, "ServiceKeyInvalid")
     );
 }

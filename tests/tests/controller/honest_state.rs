@@ -1,0 +1,322 @@
+//! What reaches the store behind the webhook's back (duplicate ServiceMappings), and a service key that
+//! cannot be used: the controller stays deterministic and says so.
+
+use std::time::Duration;
+
+use cp_api::{ConnectivityProxy, ServiceMapping, State};
+use cp_tests::fixtures::service_mapping;
+use cp_tests::support::*;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+/// The mapping names ConfigMap `connectivity-proxy-service-mappings` publishes.
+async fn published(admin: &Client) -> Result<Vec<String>, String> {
+    let cm = Api::<ConfigMap>::namespaced(admin.clone(), NS)
+        .get(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS)
+        .await
+        .map_err(|e| e.to_string())?;
+    let json = cm
+        .data
+        .and_then(|d| {
+            d.get(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS_KEY)
+                .cloned()
+        })
+        .unwrap_or_default();
+    let entries: Vec<Value> = serde_json::from_str(&json).map_err(|e| e.to_string())?;
+    Ok(entries
+        .iter()
+        .filter_map(|e| e["name"].as_str().map(String::from))
+        .collect())
+}
+
+/// Waits until the mappings ConfigMap publishes exactly `names` (sorted).
+async fn wait_published(admin: &Client, names: &[&str], what: &str) {
+    let want: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    cp_tests::wait::until(what, Duration::from_secs(20), || {
+        let want = want.clone();
+        async move {
+            let got = published(admin).await?;
+            if got == want {
+                Ok(Some(()))
+            } else {
+                Err(format!("published {got:?}"))
+            }
+        }
+    })
+    .await
+    .expect(what);
+}
+
+/// Waits for a Warning Event about the cluster-scoped ServiceMapping `name` whose note contains `text`.
+async fn wait_mapping_warning(admin: &Client, name: &str, text: &str) -> String {
+    // Events about cluster-scoped objects live in namespace default.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(admin.clone(), "default");
+    cp_tests::wait::until(
+        &format!("a Warning Event on ServiceMapping {name} naming {text}"),
+        Duration::from_secs(20),
+        || {
+            let events = events.clone();
+            async move {
+                let list = events
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let found = list.items.iter().find(|e| {
+                    e.type_.as_deref() == Some("Warning")
+                        && e.regarding.as_ref().and_then(|r| r.kind.as_deref())
+                            == Some("ServiceMapping")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && e.note.as_deref().is_some_and(|n| n.contains(text))
+                });
+                match found {
+                    Some(e) => Ok(Some(e.note.clone().unwrap_or_default())),
+                    None => Err(format!(
+                        "{} Events in default, none matching",
+                        list.items.len()
+                    )),
+                }
+            }
+        },
+    )
+    .await
+    .expect("Warning Event on the losing mapping")
+}
+
+/// Waits until the API server's clock (this host's) is a whole second past `m`'s creationTimestamp,
+/// so that a mapping created next is strictly younger (timestamps have one-second resolution).
+async fn wait_a_second_past(m: &ServiceMapping) {
+    let created = m
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .expect("creationTimestamp");
+    cp_tests::wait::until(
+        "the clock a second past the first mapping's creation",
+        Duration::from_secs(3),
+        || async move {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            Ok((now.as_second() > created.as_second()).then_some(()))
+        },
+    )
+    .await
+    .expect("clock");
+}
+
+fn dup(name: &str, subaccount: &str, service: &str, address: &str) -> ServiceMapping {
+    service_mapping(
+        name,
+        json!({"type": "TCP", "subaccountId": subaccount, "serviceId": service,
+            "internalAddress": address}),
+    )
+}
+
+#[tokio::test]
+async fn duplicate_service_mappings_publish_only_the_oldest_and_warn_on_the_others() {
+    let env = scenario().await;
+    let admin = &env.admin;
+    create_default_cr(admin, NS, "connectivity-proxy").await;
+    make_ready(admin, NS, "connectivity-proxy").await;
+    // No webhook is registered in this binary: duplicates reach the store as they would with two
+    // webhook replicas admitting concurrently, or with the webhook down.
+    let api: Api<ServiceMapping> = Api::all(admin.clone());
+    let pp = PostParams::default();
+    // The oldest sorts last by name: the age decides, not the name.
+    let oldest = api
+        .create(&pp, &dup("dup-z-oldest", "sub-1", "erp", "old.apps:80"))
+        .await
+        .expect("first mapping");
+    wait_published(admin, &["dup-z-oldest"], "the first mapping published").await;
+    wait_a_second_past(&oldest).await;
+    api.create(&pp, &dup("dup-a-newer", "sub-1", "erp", "new.apps:80"))
+        .await
+        .expect("a duplicate");
+    // Differs only by case and surrounding whitespace: the same key.
+    api.create(&pp, &dup("dup-m-case", " SUB-1", "ERP ", "case.apps:80"))
+        .await
+        .expect("a duplicate up to case and whitespace");
+    api.create(&pp, &dup("other", "sub-1", "crm", "crm.apps:80"))
+        .await
+        .expect("an unrelated mapping");
+    wait_published(
+        admin,
+        &["dup-z-oldest", "other"],
+        "only the oldest of the duplicates published",
+    )
+    .await;
+    for loser in ["dup-a-newer", "dup-m-case"] {
+        let note = wait_mapping_warning(admin, loser, "dup-z-oldest").await;
+        assert!(note.contains("not published"), "{note}");
+    }
+    let cr = wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Warning,
+        Some("DuplicateServiceMappings"),
+        Duration::from_secs(20),
+    )
+    .await;
+    let d = cr.status.and_then(|s| s.description).unwrap_or_default();
+    for name in ["dup-a-newer", "dup-m-case", "dup-z-oldest"] {
+        assert!(d.contains(name), "{name} in {d}");
+    }
+    let loser = api.get("dup-a-newer").await.expect("loser");
+    assert_eq!(
+        loser.status.and_then(|s| s.endpoint),
+        None,
+        "a mapping that is not published advertises no endpoint"
+    );
+    assert_eq!(loser.spec.internal_address, "new.apps:80", "spec untouched");
+    // The winner gone, the oldest of the rest is published: still exactly one of the key.
+    api.delete("dup-z-oldest", &DeleteParams::default())
+        .await
+        .expect("delete the winner");
+    cp_tests::wait::until(
+        "one of the remaining duplicates published",
+        Duration::from_secs(20),
+        || async move {
+            let got = published(admin).await?;
+            let dups = got.iter().filter(|n| n.starts_with("dup-")).count();
+            if dups == 1 && got.contains(&"other".to_string()) {
+                Ok(Some(()))
+            } else {
+                Err(format!("published {got:?}"))
+            }
+        },
+    )
+    .await
+    .expect("one duplicate published");
+    for name in ["dup-a-newer", "dup-m-case"] {
+        api.delete(name, &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    play_until_ready(admin, NS, "connectivity-proxy").await;
+    let _ = api
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+}
+
+/// Points the CR's service key at the user's Secret `name`.
+async fn use_secret(admin: &Client, name: &str) {
+    let edit = json!({"spec": {"secretConfig": {"integration": {"connectivityService":
+        {"secretName": name}}}}});
+    Api::<ConnectivityProxy>::namespaced(admin.clone(), NS)
+        .patch(
+            "connectivity-proxy",
+            &PatchParams::default(),
+            &Patch::Merge(&edit),
+        )
+        .await
+        .expect("edit secretName");
+}
+
+/// Waits until the CR is Warning `ServiceKeyInvalid` with a description holding every one of `text`.
+async fn wait_key_warning(admin: &Client, text: &[&str]) {
+    let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
+    cp_tests::wait::until(
+        &format!("Warning ServiceKeyInvalid naming {text:?}"),
+        Duration::from_secs(20),
+        || {
+            let api = api.clone();
+            async move {
+                let st = api
+                    .get("connectivity-proxy")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status
+                    .unwrap_or_default();
+                let d = st.description.clone().unwrap_or_default();
+                let reason = st
+                    .conditions
+                    .iter()
+                    .any(|c| c.reason == "ServiceKeyInvalid");
+                if st.state == Some(State::Warning) && reason && text.iter().all(|t| d.contains(t))
+                {
+                    Ok(Some(()))
+                } else {
+                    Err(format!("{:?}: {d}", st.state))
+                }
+            }
+        },
+    )
+    .await
+    .expect("ServiceKeyInvalid");
+}
+
+#[tokio::test]
+async fn a_user_secret_without_a_usable_service_key_is_not_ready() {
+    let env = scenario().await;
+    let admin = &env.admin;
+    create_default_cr(admin, NS, "connectivity-proxy").await;
+    make_ready(admin, NS, "connectivity-proxy").await;
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
+    // A working key (its CA URL is the test's endpoint): the one the BTP operator stand-in wrote.
+    let good_key = secrets
+        .get(&cp_api::names::binding_secret_name(
+            "connectivity-proxy",
+            NS,
+        ))
+        .await
+        .expect("binding Secret")
+        .data
+        .and_then(|d| d.get("service_key").cloned())
+        .map(|b| String::from_utf8_lossy(&b.0).to_string())
+        .expect("service_key");
+    let _ = secrets.delete("users-key", &DeleteParams::default()).await;
+    // A Secret that does not exist (yet).
+    use_secret(admin, "users-key").await;
+    wait_key_warning(admin, &["kyma-system/users-key", "does not exist"]).await;
+    // The Secret exists but has no service_key.
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "users-key"},
+        "stringData": {"credentials": "{\"clientid\": \"x\"}"}}))
+    .expect("secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create");
+    wait_key_warning(admin, &["kyma-system/users-key", "service_key", "no key"]).await;
+    // A service_key that is not a service key's JSON.
+    secrets
+        .patch(
+            "users-key",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"stringData": {"service_key": "clientid=x"}})),
+        )
+        .await
+        .expect("bad key");
+    wait_key_warning(admin, &["kyma-system/users-key", "service_key", "JSON"]).await;
+    let cr = Api::<ConnectivityProxy>::namespaced(admin.clone(), NS)
+        .get("connectivity-proxy")
+        .await
+        .expect("cr");
+    assert!(
+        !cr.status
+            .unwrap_or_default()
+            .description
+            .unwrap_or_default()
+            .contains("clientid=x"),
+        "the key's content is never quoted"
+    );
+    // Fixed: Ready again.
+    secrets
+        .patch(
+            "users-key",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"stringData": {"service_key": good_key}})),
+        )
+        .await
+        .expect("good key");
+    play_until_ready(admin, NS, "connectivity-proxy").await;
+    let cr = Api::<ConnectivityProxy>::namespaced(admin.clone(), NS)
+        .get("connectivity-proxy")
+        .await
+        .expect("cr");
+    assert_eq!(cr.status.and_then(|s| s.state), Some(State::Ready));
+    let _ = secrets.delete("users-key", &DeleteParams::default()).await;
+}
