@@ -342,7 +342,7 @@ async fn slow_and_idle_clients_from_other_addresses_do_not_starve_admission() {
     wh.register(&admin).await.expect("register");
     let ns = cp.namespace("under-attack").await.expect("ns");
     let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), &ns);
-    let mutated = "cp_webhook_admission_requests_total{endpoint=\"mutate\"";
+    let mutated = "cp_webhook_admission_duration_seconds_count{endpoint=\"mutate\"}";
     // Wait until the API server calls this webhook (not a previous test's).
     cp_tests::wait::until(
         "the API server calls this webhook",
