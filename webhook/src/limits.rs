@@ -227,12 +227,12 @@ impl ConnPermit {
         let budget = self.gate.budget.clone();
         let permit = match budget.clone().try_acquire_many_owned(n) {
             Ok(p) => p,
-            Err(_) => match tokio::time::timeout(limits.slot_wait, budget.acquire_many_owned(n))
-                .await
-            {
-                Ok(Ok(p)) => p,
-                _ => return Err(Shed::Busy),
-            },
+            Err(_) => {
+                match tokio::time::timeout(limits.slot_wait, budget.acquire_many_owned(n)).await {
+                    Ok(Ok(p)) => p,
+                    _ => return Err(Shed::Busy),
+                }
+            }
         };
         r._permit = Some(permit);
         Ok(r)
@@ -434,7 +434,11 @@ mod tests {
         // The budget is spent: the API server's request waits slot_wait, then is shed.
         let t = Instant::now();
         assert_eq!(api.reserve(10).await.err(), Some(Shed::Busy));
-        assert!(t.elapsed() >= Duration::from_millis(50), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() >= Duration::from_millis(50),
+            "{:?}",
+            t.elapsed()
+        );
         // A failed attempt gives back what it counted.
         drop(held_b);
         let ok = api.reserve(40).await.expect("budget returned");

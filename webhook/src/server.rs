@@ -272,22 +272,20 @@ where
             }
         }
     };
-    let answer = match tokio::time::timeout_at(
-        deadline,
-        router.oneshot(Request::from_parts(parts, body)),
-    )
-    .await
-    {
-        Ok(Ok(r)) => r,
-        Ok(Err(never)) => match never {},
-        Err(_) => {
-            metrics.request_shed("timeout");
-            refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the request did not complete in time",
-            )
-        }
-    };
+    let answer =
+        match tokio::time::timeout_at(deadline, router.oneshot(Request::from_parts(parts, body)))
+            .await
+        {
+            Ok(Ok(r)) => r,
+            Ok(Err(never)) => match never {},
+            Err(_) => {
+                metrics.request_shed("timeout");
+                refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the request did not complete in time",
+                )
+            }
+        };
     drop(reservation);
     answer
 }
@@ -518,7 +516,10 @@ mod tests {
     }
 
     fn router() -> Router {
-        Router::new().route("/validate", post(|b: Bytes| async move { b.len().to_string() }))
+        Router::new().route(
+            "/validate",
+            post(|b: Bytes| async move { b.len().to_string() }),
+        )
     }
 
     /// A body that declares `len` bytes and never sends one (a slow client).
@@ -554,7 +555,11 @@ mod tests {
         let r = guarded(&api, &metrics, router(), post_body(body())).await;
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(r.headers()[header::RETRY_AFTER], "1");
-        assert!(t.elapsed() < Duration::from_millis(500), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
         assert_eq!(metrics.requests_shed.with_label_values(&["busy"]).get(), 1);
         drop(held);
         let r = guarded(&api, &metrics, router(), post_body(body())).await;
@@ -573,7 +578,10 @@ mod tests {
         let r = guarded(&conn, &metrics, router(), post_body(Stalled(10))).await;
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(
-            metrics.requests_shed.with_label_values(&["source_busy"]).get(),
+            metrics
+                .requests_shed
+                .with_label_values(&["source_busy"])
+                .get(),
             1
         );
     }
@@ -586,9 +594,16 @@ mod tests {
         let t = Instant::now();
         let r = guarded(&conn, &metrics, router(), post_body(Stalled(1000))).await;
         assert_eq!(r.status(), StatusCode::REQUEST_TIMEOUT);
-        assert!(t.elapsed() < Duration::from_millis(500), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
         assert_eq!(
-            metrics.requests_shed.with_label_values(&["body_timeout"]).get(),
+            metrics
+                .requests_shed
+                .with_label_values(&["body_timeout"])
+                .get(),
             1
         );
         // The whole budget is free again.

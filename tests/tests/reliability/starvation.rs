@@ -239,7 +239,8 @@ async fn idle_h2(src: Ipv4Addr, addr: SocketAddr, tls: TlsConnector, seen: Arc<S
             };
             acc.extend_from_slice(&buf[..n]);
             while acc.len() >= 9 {
-                let len = (usize::from(acc[0]) << 16) | (usize::from(acc[1]) << 8) | usize::from(acc[2]);
+                let len =
+                    (usize::from(acc[0]) << 16) | (usize::from(acc[1]) << 8) | usize::from(acc[2]);
                 if acc.len() < 9 + len {
                     break;
                 }
@@ -336,9 +337,14 @@ async fn slow_and_idle_clients_from_other_addresses_do_not_starve_admission() {
         format!("CP_WEBHOOK_MAX_CONNECTIONS={MAX_CONNECTIONS}"),
         format!("CP_WEBHOOK_MAX_CONNECTIONS_PER_SOURCE={MAX_PER_SOURCE}"),
     );
-    let wh = Webhook::start_wrapped(&cp, "webhook-under-attack", &[], &["env", &max, &per_source])
-        .await
-        .expect("webhook");
+    let wh = Webhook::start_wrapped(
+        &cp,
+        "webhook-under-attack",
+        &[],
+        &["env", &max, &per_source],
+    )
+    .await
+    .expect("webhook");
     wh.register(&admin).await.expect("register");
     let ns = cp.namespace("under-attack").await.expect("ns");
     let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), &ns);
@@ -383,7 +389,12 @@ async fn slow_and_idle_clients_from_other_addresses_do_not_starve_admission() {
             attackers.push(tokio::spawn(slow_body(src, addr, h1.clone(), seen.clone())));
         }
         for _ in 0..SLOW_HEADERS {
-            attackers.push(tokio::spawn(slow_header(src, addr, h1.clone(), seen.clone())));
+            attackers.push(tokio::spawn(slow_header(
+                src,
+                addr,
+                h1.clone(),
+                seen.clone(),
+            )));
         }
         for _ in 0..IDLE_H2 {
             attackers.push(tokio::spawn(idle_h2(src, addr, h2.clone(), seen.clone())));
@@ -438,7 +449,7 @@ async fn slow_and_idle_clients_from_other_addresses_do_not_starve_admission() {
     while started.elapsed() < UNDER_ATTACK && failures.is_empty() {
         i += 1;
         let t = Instant::now();
-        let r = if i % 2 == 0 {
+        let r = if i.is_multiple_of(2) {
             api.create(&dry, &probe).await.map(|_| ())
         } else {
             let patch = json!({"metadata": {"annotations": {"attempt": i.to_string()}}});
@@ -453,7 +464,9 @@ async fn slow_and_idle_clients_from_other_addresses_do_not_starve_admission() {
         }
         // And a new connection from the API server's address gets in.
         if let Err(e) = fresh_get(addr, &h1).await {
-            failures.push(format!("a new connection from 127.0.0.1 (after write {i}): {e}"));
+            failures.push(format!(
+                "a new connection from 127.0.0.1 (after write {i}): {e}"
+            ));
         }
     }
     let metrics_text = wh
@@ -502,10 +515,16 @@ async fn slow_and_idle_clients_from_other_addresses_do_not_starve_admission() {
         series("cp_webhook_requests_shed_total"),
         series("cp_webhook_connections_closed_total"),
     );
-    assert!(failures.is_empty(), "writes failed under attack: {failures:?}");
+    assert!(
+        failures.is_empty(),
+        "writes failed under attack: {failures:?}"
+    );
     assert!(max <= WRITE_BOUND, "a write took {max:?} under attack");
     assert!(writes >= 10, "only {writes} writes in {UNDER_ATTACK:?}");
-    assert!(joined.is_ok(), "attackers still running 15 s after the stop");
+    assert!(
+        joined.is_ok(),
+        "attackers still running 15 s after the stop"
+    );
     // The attack was real: every slow client got in, and the server ended its requests itself.
     assert!(
         load(&seen.slow_bodies_ended) >= slow_bodies,
