@@ -224,6 +224,10 @@ where
     let deadline = tokio::time::Instant::now() + limits.request_timeout;
     let hint = req.body().size_hint();
     if hint.lower() > MAX_BODY as u64 {
+        // Read and drop what the client sends (never buffered, bounded in bytes and time) so that it
+        // reads the answer instead of a reset while still writing.
+        let until = (tokio::time::Instant::now() + limits.body_timeout).min(deadline);
+        discard(req.into_body(), 2 * MAX_BODY as u64, until).await;
         return refuse(
             StatusCode::PAYLOAD_TOO_LARGE,
             "the request body is larger than 4 MiB",
@@ -288,6 +292,20 @@ where
         };
     drop(reservation);
     answer
+}
+
+/// Reads `body` to its end, at most `limit` bytes and until `until`, keeping nothing.
+async fn discard<B: HttpBody<Data = Bytes>>(body: B, limit: u64, until: tokio::time::Instant) {
+    let mut body = std::pin::pin!(body);
+    let mut seen = 0u64;
+    while seen <= limit {
+        match tokio::time::timeout_at(until, body.as_mut().frame()).await {
+            Ok(Some(Ok(frame))) => {
+                seen += frame.data_ref().map_or(0, |d| d.len() as u64);
+            }
+            _ => return,
+        }
+    }
 }
 
 fn shed_answer(conn: &ConnPermit, metrics: &Metrics, shed: Shed) -> Response {
