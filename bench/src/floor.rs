@@ -110,10 +110,13 @@ pub async fn serve_with(
         serving: Arc::new(AtomicBool::new(true)),
     };
     let listener = tokio::net::TcpListener::bind(addr).await?;
+    let metrics = state.metrics.clone();
     serve_tls(
         listener,
         acceptor,
         make(state),
+        cp_webhook::limits::Limits::default(),
+        metrics,
         std::future::pending(),
         Duration::from_secs(1),
     )

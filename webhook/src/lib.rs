@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod cache;
 pub mod index;
+pub mod limits;
 pub mod memory;
 pub mod metrics;
 pub mod privileged;

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::Parser;
 use cp_api::policy::PrivilegedIdentities;
 use cp_webhook::cache::Caches;
+use cp_webhook::limits::Limits;
 use cp_webhook::metrics::Metrics;
 use cp_webhook::server::{AppState, admission_router, metrics_router, serve_tls};
 use cp_webhook::tls::{self, CertStore};
@@ -69,6 +70,34 @@ struct Args {
         default_value = "kyma-system/connectivity-proxy-operator-config"
     )]
     privileged_config: String,
+    /// Open connections to the admission port at most; one beyond it is closed at once.
+    #[arg(long, env = "CP_WEBHOOK_MAX_CONNECTIONS", default_value_t = Limits::default().max_connections)]
+    max_connections: usize,
+    /// Open connections from one IP address at most (below --max-connections, so a few sources
+    /// cannot take every connection and the API server's address still gets in).
+    #[arg(
+        long,
+        env = "CP_WEBHOOK_MAX_CONNECTIONS_PER_SOURCE",
+        default_value_t = Limits::default().max_connections_per_source
+    )]
+    max_connections_per_source: usize,
+}
+
+impl Args {
+    fn limits(&self) -> anyhow::Result<Limits> {
+        anyhow::ensure!(
+            self.max_connections_per_source >= 1
+                && self.max_connections_per_source <= self.max_connections,
+            "--max-connections-per-source ({}) must be between 1 and --max-connections ({})",
+            self.max_connections_per_source,
+            self.max_connections
+        );
+        Ok(Limits {
+            max_connections: self.max_connections,
+            max_connections_per_source: self.max_connections_per_source,
+            ..Limits::default()
+        })
+    }
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -100,6 +129,7 @@ async fn run() -> anyhow::Result<()> {
         tracing::warn!(error = %e, "transparent huge pages stay on (more memory, nothing else)");
     }
     let args = Args::parse();
+    let limits = args.limits()?;
     let metrics = Arc::new(Metrics::new()?);
     let client = kube::Client::try_default()
         .await
@@ -185,7 +215,7 @@ async fn run() -> anyhow::Result<()> {
         tokio::time::sleep(delay).await;
     };
     tokio::select! {
-        _ = serve_tls(listener, acceptor, admission_router(state), stop, Duration::from_secs(20)) => {
+        _ = serve_tls(listener, acceptor, admission_router(state), limits, metrics, stop, Duration::from_secs(20)) => {
             tracing::info!("drained; exiting");
         }
         r = &mut metrics_server => {

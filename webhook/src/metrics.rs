@@ -29,6 +29,14 @@ pub struct Metrics {
     pub cert_expiry: IntGauge,
     /// `cp_build_info{component,version}`.
     pub build_info: IntGaugeVec,
+    /// `cp_webhook_connections_refused_total{reason}`: closed at once, over a connection cap.
+    pub connections_refused: IntCounterVec,
+    /// `cp_webhook_connections_closed_total{reason}`: closed by a limit (handshake timeout, idle).
+    pub connections_closed: IntCounterVec,
+    /// `cp_webhook_requests_shed_total{reason}`: answered without a review, by limit.
+    pub requests_shed: IntCounterVec,
+    /// `cp_webhook_open_connections`.
+    pub open_connections: IntGauge,
     /// The request series resolved once each (no label lookup per request), created on first use.
     handles: Handles,
 }
@@ -90,8 +98,49 @@ impl Metrics {
             Opts::new("cp_build_info", "Build information."),
             &["component", "version"],
         )?;
+        let connections_refused = IntCounterVec::new(
+            Opts::new(
+                "cp_webhook_connections_refused_total",
+                "Connections closed at once because the open ones reached a cap, by cap \
+                 (global_limit, source_limit).",
+            ),
+            &["reason"],
+        )?;
+        let connections_closed = IntCounterVec::new(
+            Opts::new(
+                "cp_webhook_connections_closed_total",
+                "Connections closed by a limit, by limit (handshake_timeout, idle).",
+            ),
+            &["reason"],
+        )?;
+        let requests_shed = IntCounterVec::new(
+            Opts::new(
+                "cp_webhook_requests_shed_total",
+                "Requests answered without a review because of a limit, by limit (source_busy: 429, \
+                 busy: 503, body_timeout: 408, timeout: 503).",
+            ),
+            &["reason"],
+        )?;
+        let open_connections = IntGauge::new(
+            "cp_webhook_open_connections",
+            "Open connections to the admission port.",
+        )?;
+        // Every reason exported from the start (at 0), so alerts see a rise from 0.
+        for r in ["global_limit", "source_limit"] {
+            connections_refused.with_label_values(&[r]);
+        }
+        for r in ["handshake_timeout", "idle"] {
+            connections_closed.with_label_values(&[r]);
+        }
+        for r in ["source_busy", "busy", "body_timeout", "timeout"] {
+            requests_shed.with_label_values(&[r]);
+        }
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(connections_refused.clone()),
+            Box::new(connections_closed.clone()),
+            Box::new(requests_shed.clone()),
+            Box::new(open_connections.clone()),
             Box::new(duration.clone()),
             Box::new(cert_reloads.clone()),
             Box::new(cert_reload_failures.clone()),
@@ -113,6 +162,10 @@ impl Metrics {
             cert_reload_failures,
             cert_expiry,
             build_info,
+            connections_refused,
+            connections_closed,
+            requests_shed,
+            open_connections,
             handles: Handles::default(),
         })
     }
@@ -155,6 +208,22 @@ impl Metrics {
         self.handles.duration[endpoint_index(endpoint)]
             .get_or_init(|| self.duration.with_label_values(&[endpoint.as_str()]))
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a connection closed at once over a cap (`reason`: [`crate::limits::Refused::as_str`]).
+    pub fn connection_refused(&self, reason: &str) {
+        self.connections_refused.with_label_values(&[reason]).inc();
+    }
+
+    /// Counts a connection closed by a limit (`handshake_timeout`, `idle`).
+    pub fn connection_closed(&self, reason: &str) {
+        self.connections_closed.with_label_values(&[reason]).inc();
+    }
+
+    /// Counts a request answered without a review because of a limit (`reason`:
+    /// [`crate::limits::Shed::as_str`], `body_timeout` or `timeout`).
+    pub fn request_shed(&self, reason: &str) {
+        self.requests_shed.with_label_values(&[reason]).inc();
     }
 
     /// Counts a new serving certificate that could not be loaded, labelled by its error.

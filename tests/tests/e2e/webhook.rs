@@ -678,16 +678,23 @@ async fn idle_and_half_sent_connections_neither_stop_admission_nor_stay_open() {
     let cp = control_plane();
     let wh = webhook().await;
     let addr = wh.url.trim_start_matches("https://").to_string();
-    // 300 hostile connections: half only connect, half send the start of a ClientHello and stop.
+    // 300 hostile connections: half only connect, half send the start of a ClientHello and stop. They
+    // come from 127.0.0.3, not from the API server's 127.0.0.1 (a pod has an address of its own): the
+    // webhook caps connections per source, so most are closed at once and the rest at the handshake
+    // timeout.
     let mut conns = Vec::new();
+    let target: std::net::SocketAddr = addr.parse().expect("webhook address");
     for i in 0..300 {
-        let mut s = tokio::net::TcpStream::connect(&addr)
-            .await
-            .expect("connect");
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(std::net::SocketAddr::from(([127, 0, 0, 3], 0)))
+            .expect("bind 127.0.0.3");
+        let mut s = socket.connect(target).await.expect("connect");
         if i % 2 == 1 {
-            s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00])
-                .await
-                .expect("half a hello");
+            // A connection closed at once may refuse it.
+            let _ = s
+                .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00])
+                .await;
         }
         conns.push(s);
     }

@@ -1,5 +1,6 @@
 //! Faults and hostile users: the webhook down, two controller replicas with a failover, edits through
-//! the status subresource, and secret values in logs; and the webhook process's memory settings.
+//! the status subresource, and secret values in logs; the webhook process's memory settings; slow and
+//! idle clients on the admission port (`starvation`).
 #![forbid(unsafe_code)]
 
 use std::time::{Duration, Instant};
@@ -15,6 +16,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::Mutex;
+
+mod starvation;
 
 static TURN: Mutex<()> = Mutex::const_new(());
 
