@@ -64,7 +64,7 @@ impl Cache {
             let scopes: Vec<Option<String>> = match kind.scope() {
                 Scope::Namespaced => CACHED_NAMESPACES
                     .iter()
-                    .filter(|n| **n == names::KYMA_SYSTEM || kind.in_istio_namespace())
+                    .filter(|n| **n == names::KYMA_SYSTEM || kind.listed_in_istio_namespace())
                     .map(|n| Some(n.to_string()))
                     .collect(),
                 Scope::Cluster => vec![None],
@@ -193,14 +193,27 @@ impl Cache {
         }
         let store = self.foreign_store(namespace, name, for_cr);
         if store.wait_until_ready().now_or_never().is_some() {
-            return Ok(store
-                .get(&ObjectRef::new(name).within(namespace))
-                .map(|s| (*s).clone()));
+            let cached = store.get(&ObjectRef::new(name).within(namespace));
+            let id = (Kind::Secret, Some(namespace.to_string()), name.to_string());
+            let rv = cached
+                .as_ref()
+                .and_then(|s| s.metadata.resource_version.clone());
+            // A Secret this operator just wrote is read from the API until the watch has seen it.
+            if !self.behind(&id, rv.as_deref()) {
+                return Ok(cached.map(|s| (*s).clone()));
+            }
         }
         Api::<Secret>::namespaced(self.client.clone(), namespace)
             .get_opt(name)
             .await
-            .map_err(|e| Error::kube(format!("reading Secret {namespace}/{name}"), e))
+            .map_err(|e| match e {
+                kube::Error::Api(s) if s.code == 403 => Error::Invalid(format!(
+                    "reading Secret {namespace}/{name}: the controller may not read it. Outside {ks} it reads only the tunnel's Secrets it names itself; for a TLS Secret of your own, grant it that name and its Connectivity CA companion: kubectl create role cp-tls -n {namespace} --verb=get,list,watch,create,patch,update,delete --resource=secrets --resource-name={name} --resource-name={name}-cacert && kubectl create rolebinding cp-tls -n {namespace} --role=cp-tls --serviceaccount={ks}:{sa}",
+                    ks = names::KYMA_SYSTEM,
+                    sa = names::CONTROLLER_SERVICE_ACCOUNT
+                )),
+                e => Error::kube(format!("reading Secret {namespace}/{name}"), e),
+            })
     }
 
     fn foreign_store(
@@ -242,12 +255,17 @@ impl Cache {
     /// Every managed object of `kinds` that belongs to the CR `owner` (`namespace/name`), in
     /// `namespaces` (namespaced kinds) and cluster scope: from the caches, listed from the API only
     /// for a namespace no cache covers (a non-default Istio namespace).
+    ///
+    /// Secrets outside the CR's namespace are never listed: the tunnel's two Secrets there are read by
+    /// name ([`tunnel_secret_names`]), each through a watch on exactly that name.
     pub async fn owned(
         &self,
         kinds: &[Kind],
-        owner: (&str, &str),
+        cr: &ConnectivityProxy,
         namespaces: &[String],
     ) -> Result<Vec<(Kind, DynamicObject)>, Error> {
+        let (cr_ns, cr_name) = (cr.namespace().unwrap_or_default(), cr.name_any());
+        let owner = (cr_ns.as_str(), cr_name.as_str());
         let belongs = |o: &DynamicObject| {
             let l = o.labels();
             crate::desired::is_managed(l)
@@ -266,6 +284,20 @@ impl Cache {
                 Scope::Cluster => vec![None],
             };
             for ns in scopes {
+                if kind == Kind::Secret
+                    && let Some(ns) = ns.filter(|n| *n != owner.0)
+                {
+                    for name in tunnel_secret_names(cr) {
+                        if let Some(secret) = self.secret(ns, &name, cr).await? {
+                            let o: DynamicObject =
+                                serde_json::from_value(serde_json::to_value(&secret)?)?;
+                            if belongs(&o) {
+                                out.push((kind, o));
+                            }
+                        }
+                    }
+                    continue;
+                }
                 match self.store(kind, ns) {
                     Some(store) => {
                         let cached: Vec<DynamicObject> = store
@@ -357,6 +389,25 @@ pub fn unsynced_stores(
         }
     }
     out
+}
+
+/// The Secrets the operator may own in the Istio namespace for `cr`: the tunnel's TLS Secret (when
+/// auto-provisioned) and the Connectivity CA companion of the TLS Secret in use.
+pub fn tunnel_secret_names(cr: &ConnectivityProxy) -> Vec<String> {
+    let tls = cr
+        .spec
+        .ingress
+        .as_ref()
+        .and_then(|i| i.tls.as_ref())
+        .map(|t| t.secret_name.clone())
+        .filter(|n| !names::is_auto_provision(Some(n)));
+    match tls {
+        Some(user) => vec![names::cacert_secret_name(&user)],
+        None => {
+            let tls = names::tls_secret_name(&cr.name_any(), &cr.namespace().unwrap_or_default());
+            vec![names::cacert_secret_name(&tls), tls]
+        }
+    }
 }
 
 /// How often a managed kind whose CRD is missing looks for it in the CRD store.

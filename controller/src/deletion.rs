@@ -60,7 +60,7 @@ pub async fn reconcile_deletion(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Act
         .cache
         .owned(
             &ctx.available_kinds(),
-            (&ns, &name),
+            cr,
             &crate::desired::object_namespaces(cr),
         )
         .await?

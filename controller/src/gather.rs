@@ -179,11 +179,7 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
     };
     let owned = ctx
         .cache
-        .owned(
-            &apis.kinds,
-            (&ns, &cr.name_any()),
-            &desired::object_namespaces(cr),
-        )
+        .owned(&apis.kinds, cr, &desired::object_namespaces(cr))
         .await?
         .into_iter()
         .map(|(k, o)| ((k, o.namespace(), o.name_any()), o))

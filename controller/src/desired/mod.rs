@@ -94,6 +94,13 @@ impl Kind {
         )
     }
 
+    /// Whether the controller lists and watches this kind in the Istio namespace. Secrets are not: the
+    /// Istio namespace holds Istio's own CA; the controller reads and writes there only its tunnel's
+    /// two Secrets, by name (RBAC `resourceNames`), never the others.
+    pub fn listed_in_istio_namespace(self) -> bool {
+        self.in_istio_namespace() && self != Kind::Secret
+    }
+
     /// All managed kinds, in apply order.
     pub const ALL: [Kind; 13] = [
         Kind::PriorityClass,

@@ -69,6 +69,40 @@ async fn a_stolen_controller_token_runs_nothing_in_the_istio_namespace_and_canno
         );
     }
 
+    // Istio's own Secrets: neither listed nor read by name, nor overwritten.
+    let ca: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "istio-ca-secret"}, "stringData": {"ca-key.pem": "not a real key"}}))
+    .expect("secret");
+    let admin_secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(env.admin.clone(), "istio-system");
+    let _ = admin_secrets.create(&PostParams::default(), &ca).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(token.clone(), "istio-system");
+    refused(
+        "list Secrets in istio-system",
+        secrets.list(&Default::default()).await,
+    );
+    refused(
+        "read istio-system/istio-ca-secret",
+        secrets.get("istio-ca-secret").await,
+    );
+    refused(
+        "overwrite istio-system/istio-ca-secret",
+        secrets
+            .patch(
+                "istio-ca-secret",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"stringData": {"ca-key.pem": "planted"}})),
+            )
+            .await,
+    );
+    // What the module needs there is still allowed: its tunnel Secret, by name.
+    let tls = cp_api::names::tls_secret_name("connectivity-proxy", "kyma-system");
+    match secrets.get_opt(&tls).await {
+        Ok(_) => {}
+        Err(e) => panic!("reading the tunnel Secret {tls} by name: {e}"),
+    }
+
     // The ServiceMapping CRD: its takeover label, and nothing else.
     let crds: Api<CustomResourceDefinition> = Api::all(token.clone());
     let name = "servicemappings.connectivityproxy.sap.com";
