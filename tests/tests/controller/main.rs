@@ -3,4 +3,5 @@
 #![forbid(unsafe_code)]
 
 mod btp_mappings;
+mod ca_egress;
 mod install;
