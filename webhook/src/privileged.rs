@@ -152,6 +152,7 @@ pub fn watch(
     let (namespace, name) = (namespace.to_string(), name.to_string());
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
+        let mut reported: Option<Vec<Refused>> = None;
         while let Some(event) = stream.next().await {
             match event {
                 Ok(_) => {
@@ -162,7 +163,11 @@ pub fn watch(
                     if before != after {
                         tracing::info!(who = %after, "identities that may change spec.deployment changed");
                     }
-                    report_refused(&metrics, namespace.as_str(), name.as_str(), &refused);
+                    // Every watch event re-reads the ConfigMap: warn when what is refused changes.
+                    if reported.as_ref() != Some(&refused) {
+                        report_refused(&metrics, namespace.as_str(), name.as_str(), &refused);
+                        reported = Some(refused);
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "watching the privileged identities ConfigMap")
@@ -173,7 +178,7 @@ pub fn watch(
     store
 }
 
-/// Sets the refused-identities gauge and logs each refused identity, once per ConfigMap version seen.
+/// Sets the refused-identities gauge and logs each refused identity.
 fn report_refused(metrics: &Metrics, namespace: &str, name: &str, refused: &[Refused]) {
     metrics
         .privileged_refused
