@@ -64,6 +64,15 @@ pub fn inspect(cert_pem: &str) -> Result<CertInfo> {
     })
 }
 
+/// The SHA-256 fingerprint of the first certificate of a PEM bundle (lowercase hex of its DER), as
+/// `openssl x509 -fingerprint -sha256` shows it without the colons.
+pub fn fingerprint(cert_pem: &str) -> Result<String> {
+    let (_, pem) =
+        parse_x509_pem(cert_pem.as_bytes()).map_err(|e| parse_err("certificate PEM", e))?;
+    let digest = ring::digest::digest(&ring::digest::SHA256, &pem.contents);
+    Ok(digest.as_ref().iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// Every certificate PEM block of a bundle, in order.
 pub fn split_bundle(bundle: &str) -> Vec<String> {
     let mut out = Vec::new();

@@ -7,7 +7,7 @@ mod issue;
 pub mod renewal;
 pub mod rotation;
 
-pub use inspect::{CertInfo, inspect, split_bundle, verify_chain};
+pub use inspect::{CertInfo, fingerprint, inspect, split_bundle, verify_chain};
 pub use issue::{Ca, KeyAlgorithm, Leaf, LeafSpec, Usage};
 
 /// Errors of this crate.

@@ -144,6 +144,16 @@ pub fn plan(now: OffsetDateTime, current: &State, spec: &Spec) -> Result<Plan> {
         .clone()
         .ok_or_else(|| crate::Error::Check("no CA after planning".into()))?;
 
+    // An expired previous CA verifies nothing any more.
+    if state
+        .previous_ca_pem
+        .as_ref()
+        .is_some_and(|p| !inspect(p).is_ok_and(|i| i.not_after > now))
+    {
+        state.previous_ca_pem = None;
+        state.leaf_switched_at = None;
+    }
+
     // The leaf.
     let bundle_propagated = state.previous_ca_pem.is_none()
         || state
@@ -196,6 +206,14 @@ pub fn plan(now: OffsetDateTime, current: &State, spec: &Spec) -> Result<Plan> {
                 state.leaf_switched_at = None;
             }
             Some(t) => deadlines.push(t + spec.propagation),
+            // The leaf is the current CA's but no switch was recorded: nothing needs the previous CA
+            // beyond the rotation's window (two propagation times from the new CA), which ends now.
+            None if by_current.is_some() => match state.ca_created_at {
+                Some(t) if now < t + spec.propagation * 2 => {
+                    deadlines.push(t + spec.propagation * 2)
+                }
+                _ => state.previous_ca_pem = None,
+            },
             None => {}
         }
     } else if let Some(t) = state.leaf_switched_at {
@@ -280,5 +298,53 @@ mod tests {
             t = p.next.max(t + Duration::milliseconds(200));
         }
         assert!(cas >= 3, "the CA rotated {cas} times");
+    }
+
+    #[test]
+    fn a_previous_ca_stays_only_for_the_rotation_window() {
+        let s = spec();
+        let t0 = now();
+        let first = plan(t0, &State::default(), &s).expect("plan");
+        let other = new_ca(&s, t0).expect("another CA");
+        // A previous CA next to a leaf of the current CA, with no switch recorded (the record lost or
+        // written by hand): kept until two propagation times after the current CA, then dropped.
+        let stuck = State {
+            previous_ca_pem: Some(other.cert_pem.clone()),
+            ca_created_at: Some(t0),
+            leaf_switched_at: None,
+            ..first.state.clone()
+        };
+        let within = plan(t0 + Duration::seconds(1), &stuck, &s).expect("plan");
+        assert!(within.bundle.contains(other.cert_pem.trim_end()));
+        assert!(within.next <= t0 + s.propagation * 2);
+        let after = plan(t0 + s.propagation * 2, &stuck, &s).expect("plan");
+        assert_eq!(after.state.previous_ca_pem, None);
+        assert!(!after.bundle.contains(other.cert_pem.trim_end()));
+        // No record of when the current CA was made: no window at all.
+        let unrecorded = State {
+            ca_created_at: None,
+            ..stuck.clone()
+        };
+        let p = plan(t0 + Duration::seconds(1), &unrecorded, &s).expect("plan");
+        assert_eq!(p.state.previous_ca_pem, None);
+        // An expired previous CA is dropped whatever the records say.
+        let expired = crate::Ca::generate(
+            "old",
+            t0 - Duration::hours(2),
+            t0 - Duration::hours(1),
+            KeyAlgorithm::default(),
+        )
+        .expect("expired CA");
+        let p = plan(
+            t0 + Duration::seconds(1),
+            &State {
+                previous_ca_pem: Some(expired.cert_pem.clone()),
+                leaf_switched_at: Some(t0),
+                ..stuck
+            },
+            &s,
+        )
+        .expect("plan");
+        assert_eq!(p.state.previous_ca_pem, None);
     }
 }

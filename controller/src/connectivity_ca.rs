@@ -20,6 +20,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
+use crate::egress::Egress;
+
 /// The largest CA bundle accepted (a handful of PEM certificates is a few KiB).
 pub const MAX_CA_BYTES: usize = 256 * 1024;
 
@@ -102,6 +104,25 @@ impl Resolver {
         Ok(Self(Arc::new(resolver)))
     }
 
+    /// A resolver asking only the DNS server at `server` (UDP), e.g. a test's own on loopback.
+    pub fn with_server(server: SocketAddr) -> Result<Self, String> {
+        use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolverConfig};
+        let mut udp = ConnectionConfig::udp();
+        udp.port = server.port();
+        let config = ResolverConfig::from_parts(
+            None,
+            vec![],
+            vec![NameServerConfig::new(server.ip(), true, vec![udp])],
+        );
+        let resolver = hickory_resolver::TokioResolver::builder_with_config(
+            config,
+            TokioRuntimeProvider::default(),
+        )
+        .build()
+        .map_err(|e| format!("configuring the DNS resolver: {e}"))?;
+        Ok(Self(Arc::new(resolver)))
+    }
+
     /// The addresses of `host`.
     pub async fn lookup(&self, host: &str) -> Result<Vec<IpAddr>, String> {
         let found = self
@@ -114,6 +135,63 @@ impl Resolver {
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A [`Resolver`] whose answers pass [`Egress::check_address`]: a name any of whose addresses is
+/// refused is refused as a whole (an attacker's DNS may mix a public address with an internal one), and
+/// the connector connects to the checked addresses it returns, never resolving again.
+#[derive(Clone)]
+pub struct CheckedResolver {
+    resolver: Resolver,
+    egress: Arc<Egress>,
+}
+
+impl CheckedResolver {
+    /// `resolver`'s answers, checked against `egress`.
+    pub fn new(resolver: Resolver, egress: Arc<Egress>) -> Self {
+        Self { resolver, egress }
+    }
+
+    /// The addresses of `host`, every one of them checked.
+    pub async fn resolve(&self, host: &str) -> Result<Vec<IpAddr>, String> {
+        let ips = self.resolver.lookup(host).await?;
+        if ips.is_empty() {
+            return Err(format!("{host} resolves to no address"));
+        }
+        self.check(host, &ips)?;
+        Ok(ips)
+    }
+
+    fn check(&self, host: &str, ips: &[IpAddr]) -> Result<(), String> {
+        for ip in ips {
+            self.egress.check_address(*ip).map_err(|e| {
+                format!("{host} resolves to {e}; the CA is not fetched from inside the cluster's or a special-purpose network")
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl tower::Service<Name> for CheckedResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let ips = this.resolve(name.as_str()).await?;
+            Ok(ips
+                .into_iter()
+                .map(|ip| SocketAddr::new(ip, 0))
+                .collect::<Vec<_>>()
+                .into_iter())
+        })
+    }
+}
 
 impl tower::Service<Name> for Resolver {
     type Response = std::vec::IntoIter<SocketAddr>;
@@ -139,12 +217,29 @@ impl tower::Service<Name> for Resolver {
 
 /// Fetches the CA over HTTPS (the system's roots plus `extra_roots`) with a bounded time per attempt,
 /// a few retries and at most [`MAX_CA_BYTES`]; returns PEM. Errors never quote the response body.
+/// The host must be on the operator's list and every address it resolves to outside the refused
+/// ranges (`resolver`'s [`Egress`]); nothing is sent otherwise.
 pub async fn fetch(
     url: &str,
     timeout: Duration,
     attempts: u32,
     extra_roots: &[CertificateDer<'static>],
+    resolver: CheckedResolver,
 ) -> Result<String, String> {
+    let uri: hyper::Uri = url.parse().map_err(|_| format!("{url:?} is not a URL"))?;
+    let host = uri.host().unwrap_or_default();
+    // The connector skips the resolver for an address literal: refused here.
+    if host.parse::<IpAddr>().is_ok() || host.starts_with('[') {
+        return Err(format!(
+            "{url} names an IP address; the CA is fetched only from a host on the operator's list"
+        ));
+    }
+    resolver.egress.check_host(host)?;
+    // A refused address is final (no retries); a failed lookup is retried below. The connector checks
+    // its own answer again.
+    if let Ok(ips) = resolver.resolver.lookup(host).await {
+        resolver.check(host, &ips)?;
+    }
     let mut roots = rustls::RootCertStore::empty();
     for c in rustls_native_certs::load_native_certs().certs {
         let _ = roots.add(c);
@@ -164,7 +259,7 @@ pub async fn fetch(
     .map_err(|e| format!("configuring TLS: {e}"))?
     .with_root_certificates(roots)
     .with_no_client_auth();
-    let mut http = HttpConnector::new_with_resolver(Resolver::from_system()?);
+    let mut http = HttpConnector::new_with_resolver(resolver);
     http.enforce_http(false);
     http.set_connect_timeout(Some(timeout));
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
@@ -173,7 +268,6 @@ pub async fn fetch(
         .enable_http1()
         .wrap_connector(http);
     let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
-    let uri: hyper::Uri = url.parse().map_err(|_| format!("{url:?} is not a URL"))?;
     let mut last = String::new();
     for attempt in 0..attempts.max(1) {
         if attempt > 0 {

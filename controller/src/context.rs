@@ -23,6 +23,8 @@ pub struct Settings {
     pub deployment_defaults: serde_json::Value,
     /// Roots trusted for the Connectivity CA endpoint besides the system's (`--connectivity-ca-trust`).
     pub ca_endpoint_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// Hosts and addresses the Connectivity CA may be fetched from (`--connectivity-ca-hosts`, ...).
+    pub ca_egress: Arc<crate::egress::Egress>,
 }
 
 /// Shared state of the reconciler.

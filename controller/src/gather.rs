@@ -273,6 +273,15 @@ async fn connectivity_ca(
         Ok(url) => url,
         Err(problem) => return ConnectivityCa::Unusable(problem),
     };
+    // The host must be on the operator's list, whatever the key's own domain says.
+    let host = url
+        .parse::<hyper::Uri>()
+        .ok()
+        .and_then(|u| u.host().map(String::from))
+        .unwrap_or_default();
+    if let Err(problem) = ctx.settings.ca_egress.check_host(&host) {
+        return ConnectivityCa::Unusable(problem);
+    }
     let fresh = ctx
         .ca_fetched
         .lock()
@@ -301,7 +310,13 @@ async fn connectivity_ca(
         return ConnectivityCa::Known { url, pem };
     }
     let timeout = std::time::Duration::from_secs(5);
-    match crate::connectivity_ca::fetch(&url, timeout, 3, &ctx.settings.ca_endpoint_roots).await {
+    let resolver = match crate::connectivity_ca::Resolver::from_system() {
+        Ok(r) => crate::connectivity_ca::CheckedResolver::new(r, ctx.settings.ca_egress.clone()),
+        Err(e) => return ConnectivityCa::Failed(e),
+    };
+    match crate::connectivity_ca::fetch(&url, timeout, 3, &ctx.settings.ca_endpoint_roots, resolver)
+        .await
+    {
         Ok(pem) => {
             tracing::info!(%url, "Connectivity service CA fetched");
             if let Ok(mut m) = ctx.ca_fetched.lock() {

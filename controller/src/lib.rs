@@ -10,6 +10,7 @@ pub mod connectivity_ca;
 pub mod context;
 pub mod deletion;
 pub mod desired;
+pub mod egress;
 pub mod gather;
 pub mod leader;
 pub mod mappings;

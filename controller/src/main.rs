@@ -96,6 +96,35 @@ struct Args {
     /// does not exist means none (the bundle mounts an optional Secret); read at start.
     #[arg(long, env = "CP_CONNECTIVITY_CA_TRUST")]
     connectivity_ca_trust: Option<std::path::PathBuf>,
+    /// Hosts the Connectivity service CA may be fetched from, comma-separated: `.domain.tld` for its
+    /// subdomains (at least two labels) or an exact host. The service key's URL must name one of them.
+    #[arg(
+        long,
+        env = "CP_CONNECTIVITY_CA_HOSTS",
+        value_delimiter = ',',
+        default_value = cp_controller::egress::DEFAULT_HOSTS
+    )]
+    connectivity_ca_hosts: Vec<String>,
+    /// A file with more such hosts (comma- or line-separated); absent: none (the bundle points it at the
+    /// optional trust Secret's key `allowed-hosts`). Read at start.
+    #[arg(long, env = "CP_CONNECTIVITY_CA_HOSTS_FILE")]
+    connectivity_ca_hosts_file: Option<std::path::PathBuf>,
+    /// Networks (CIDR) the CA fetch may connect to although they are private, loopback, link-local or
+    /// otherwise special-purpose (a private landscape's endpoint), comma-separated. Default: none.
+    #[arg(
+        long,
+        env = "CP_CONNECTIVITY_CA_ALLOWED_NETWORKS",
+        value_delimiter = ','
+    )]
+    connectivity_ca_allowed_networks: Vec<String>,
+    /// A file with more such networks; absent: none (the trust Secret's key `allowed-networks`).
+    #[arg(long, env = "CP_CONNECTIVITY_CA_ALLOWED_NETWORKS_FILE")]
+    connectivity_ca_allowed_networks_file: Option<std::path::PathBuf>,
+    /// The cluster's pod and Service networks (CIDR), refused to the CA fetch even where they are public
+    /// addresses, comma-separated. Private, loopback, link-local, CGNAT and unique-local ranges are
+    /// refused anyway.
+    #[arg(long, env = "CP_CLUSTER_NETWORKS", value_delimiter = ',')]
+    cluster_networks: Vec<String>,
     /// Lifetime of the operator's own business-tunnel CA (seconds).
     #[arg(long, env = "CP_TUNNEL_CA_LIFETIME_SECONDS", default_value_t = 5 * 365 * 86400)]
     tunnel_ca_lifetime_seconds: i64,
@@ -134,6 +163,39 @@ enum Command {
 }
 
 /// `migrate-plan`: reads, plans, prints; never writes.
+/// Entries of an optional list file (comma- or line-separated; `#` starts a comment); absent: none.
+fn list_file(path: Option<&std::path::Path>) -> anyhow::Result<Vec<String>> {
+    let Some(path) = path.filter(|p| p.exists()) else {
+        return Ok(vec![]);
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default())
+        .flat_map(|l| l.split(','))
+        .map(|e| e.trim().to_string())
+        .filter(|e| !e.is_empty())
+        .collect())
+}
+
+/// Where the Connectivity CA may be fetched from: the flags plus the optional files.
+fn ca_egress(args: &Args) -> anyhow::Result<cp_controller::egress::Egress> {
+    let mut hosts = args.connectivity_ca_hosts.clone();
+    hosts.extend(list_file(args.connectivity_ca_hosts_file.as_deref())?);
+    let mut allowed = args.connectivity_ca_allowed_networks.clone();
+    allowed.extend(list_file(
+        args.connectivity_ca_allowed_networks_file.as_deref(),
+    )?);
+    let egress = cp_controller::egress::Egress::new(&hosts, &allowed, &args.cluster_networks)
+        .map_err(anyhow::Error::msg)
+        .context(
+            "--connectivity-ca-hosts, --connectivity-ca-allowed-networks, --cluster-networks",
+        )?;
+    tracing::info!(?hosts, allowed_networks = ?allowed, cluster_networks = ?args.cluster_networks, "Connectivity CA hosts");
+    Ok(egress)
+}
+
 async fn migrate_plan(namespace: &str, name: &str, output: &str) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
@@ -301,6 +363,7 @@ async fn run() -> anyhow::Result<()> {
                     .context("--connectivity-ca-trust")?,
                 None => vec![],
             },
+            ca_egress: std::sync::Arc::new(ca_egress(&args)?),
             resync: Duration::from_secs(args.resync_seconds),
             tunnel: TunnelCertSettings {
                 ca_lifetime: time::Duration::seconds(args.tunnel_ca_lifetime_seconds),

@@ -175,6 +175,16 @@ impl ConnectivityProxySpec {
         connectivity_secret(self.secret_config.as_ref())
     }
 
+    /// The Audit Log service key's Secret name (`spec.secretConfig.integration.auditlogService`), if
+    /// set: projected whole into the proxy pod, so it gets the same name check as every user-named Secret.
+    pub fn auditlog_secret(&self) -> Option<&str> {
+        self.secret_config
+            .as_ref()
+            .and_then(|s| s.integration.as_ref())
+            .and_then(|i| i.auditlog_service.as_ref())
+            .map(|a| a.secret_name.as_str())
+    }
+
     /// Validates every cross-field rule. `old` is what the rules about a change read of the stored
     /// spec, on update.
     pub fn validate(&self, old: Option<&Stored<'_>>, facts: &ClusterFacts) -> Vec<FieldError> {
@@ -292,6 +302,10 @@ impl ConnectivityProxySpec {
                 "spec.secretConfig.integration.connectivityService.secretName",
                 Some(self.connectivity_secret().0.as_str()),
             ),
+            (
+                "spec.secretConfig.integration.auditlogService.secretName",
+                self.auditlog_secret(),
+            ),
         ] {
             if let Some(msg) = name.and_then(user_secret_name_problem) {
                 errors.push(err(path, msg));
@@ -367,7 +381,13 @@ pub const OPERATOR_SECRETS: [&str; 3] = [
     crate::names::TUNNEL_CA_SECRET,
 ];
 
-/// Why `name` cannot be the name of a Secret a user chooses (TLS secret, service-key secret): it must
+/// Whether `name` is one of the operator's own Secrets ([`OPERATOR_SECRETS`]): never handed to the proxy.
+pub fn is_operator_secret(name: &str) -> bool {
+    OPERATOR_SECRETS.contains(&name)
+}
+
+/// Why `name` cannot be the name of a Secret a user chooses (TLS secret, service-key secret, audit log
+/// secret): it must
 /// name a Secret in the CR's own namespace (the Istio namespace for the TLS secret), so a plain DNS-1123
 /// subdomain without a namespace prefix, and not one of the operator's own Secrets.
 pub fn user_secret_name_problem(name: &str) -> Option<String> {
@@ -392,7 +412,7 @@ pub fn user_secret_name_problem(name: &str) -> Option<String> {
             "{name:?} is not a valid Secret name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)"
         ));
     }
-    if OPERATOR_SECRETS.contains(&name) {
+    if is_operator_secret(name) {
         return Some(format!(
             "{name:?} is one of the operator's own Secrets; choose another name or auto-provision"
         ));

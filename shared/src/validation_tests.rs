@@ -250,3 +250,27 @@ fn user_chosen_secret_names_stay_in_the_namespace_and_off_the_operators_secrets(
         ]
     );
 }
+
+#[test]
+fn the_audit_log_secret_name_gets_the_same_check_as_the_other_secret_names() {
+    let facts = no_facts();
+    let with_auditlog = |name: &str| {
+        let mut v = base();
+        v["secretConfig"]["integration"]["auditlogService"] = json!({"secretName": name});
+        fields(&spec(v), None, &facts)
+    };
+    assert!(with_auditlog("my-auditlog-key").is_empty());
+    for bad in [
+        "connectivity-proxy-webhook-ca",
+        "connectivity-proxy-webhook-cert",
+        "connectivity-proxy-tunnel-ca",
+        "other-ns/key",
+        "Bad_Name",
+    ] {
+        assert_eq!(
+            with_auditlog(bad),
+            vec!["spec.secretConfig.integration.auditlogService.secretName"],
+            "{bad}"
+        );
+    }
+}

@@ -207,6 +207,11 @@ impl Container {
         let trust = cp.dir.join("ca-endpoint-root.pem");
         std::fs::write(&trust, &crate::ca_endpoint_tls()?.root_pem)
             .with_context(|| format!("writing {}", trust.display()))?;
+        // And the trust Secret's host list and allowed networks: the endpoint is on loopback.
+        let hosts = cp.dir.join("ca-endpoint-allowed-hosts");
+        std::fs::write(&hosts, crate::CA_ENDPOINT_HOSTS)?;
+        let networks = cp.dir.join("ca-endpoint-allowed-networks");
+        std::fs::write(&networks, crate::CA_ENDPOINT_NETWORKS)?;
         let mut cmd = Command::new("podman");
         cmd.args(PODMAN_GLOBAL)
             .args([
@@ -229,6 +234,14 @@ impl Container {
             .arg(format!(
                 "--volume={}:/etc/cp-operator/ca-trust/ca.crt:ro",
                 trust.display()
+            ))
+            .arg(format!(
+                "--volume={}:/etc/cp-operator/ca-trust/allowed-hosts:ro",
+                hosts.display()
+            ))
+            .arg(format!(
+                "--volume={}:/etc/cp-operator/ca-trust/allowed-networks:ro",
+                networks.display()
             ))
             .arg(image)
             .args(&spec.args)

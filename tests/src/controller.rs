@@ -73,7 +73,7 @@ impl ControllerProcess {
                 "controller/deployment.yaml",
             )?)
             .arg(format!("--metrics-addr=127.0.0.1:{port}"))
-            .arg(crate::ca_endpoint_trust_arg(&cp.dir)?)
+            .args(crate::ca_endpoint_args(&cp.dir)?)
             .args(extra_args);
         cp.spawn_process(name, &mut cmd)?;
         let me = Self {

@@ -93,6 +93,22 @@ pub fn ca_endpoint_trust_arg(dir: &std::path::Path) -> anyhow::Result<String> {
     Ok(format!("--connectivity-ca-trust={}", path.display()))
 }
 
+/// What the controller is told of the stand-in CA endpoint (as a private landscape would tell it of its
+/// own): its root trusted ([`ca_endpoint_trust_arg`]), `localhost` on the CA host list, loopback an
+/// allowed network.
+pub fn ca_endpoint_args(dir: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    Ok(vec![
+        ca_endpoint_trust_arg(dir)?,
+        format!("--connectivity-ca-hosts={CA_ENDPOINT_HOSTS}"),
+        format!("--connectivity-ca-allowed-networks={CA_ENDPOINT_NETWORKS}"),
+    ])
+}
+
+/// The stand-in CA endpoint's host, for `--connectivity-ca-hosts`.
+pub const CA_ENDPOINT_HOSTS: &str = "localhost";
+/// The stand-in CA endpoint's networks (loopback), for `--connectivity-ca-allowed-networks`.
+pub const CA_ENDPOINT_NETWORKS: &str = "127.0.0.0/8,::1/128";
+
 /// The service key's `uaadomain` that makes `localhost` the key's own domain (the controller fetches the
 /// CA only from a host inside it).
 pub const CA_ENDPOINT_UAADOMAIN: &str = "authentication.localhost";

@@ -471,7 +471,10 @@ impl Cluster {
                 "data": {"domain": CLUSTER_DOMAIN}}),
             serde_json::json!({"apiVersion": "v1", "kind": "Secret",
                 "metadata": {"name": CA_TRUST_SECRET, "namespace": names::KYMA_SYSTEM},
-                "stringData": {"ca.crt": crate::ca_endpoint_tls()?.root_pem}}),
+                "stringData": {"ca.crt": crate::ca_endpoint_tls()?.root_pem,
+                    // The stand-in endpoint's zone and the node's (private) address it answers on.
+                    "allowed-hosts": format!(".{DNS_ZONE}"),
+                    "allowed-networks": format!("{NODE_IP}/32")}}),
         ] {
             crate::manifest::apply_object(&client, serde_json::from_value(obj)?, None).await?;
         }

@@ -167,6 +167,7 @@ async fn run() -> anyhow::Result<()> {
             ns,
             name,
             live.clone(),
+            metrics.clone(),
         )),
         None if args.privileged_config.is_empty() => None,
         None => anyhow::bail!("--privileged-config must be namespace/name or empty"),

@@ -27,6 +27,9 @@ pub struct Metrics {
     pub cert_reload_failures: IntCounterVec,
     /// `cp_webhook_certificate_expiry_timestamp_seconds`.
     pub cert_expiry: IntGauge,
+    /// `cp_webhook_privileged_identities_refused`: identities of the privileged ConfigMap refused as too
+    /// broad (every user, every ServiceAccount, ...), in its current version.
+    pub privileged_refused: IntGauge,
     /// `cp_build_info{component,version}`.
     pub build_info: IntGaugeVec,
     /// `cp_webhook_connections_refused_total{reason}`: closed at once, over a connection cap.
@@ -94,6 +97,10 @@ impl Metrics {
             "cp_webhook_certificate_expiry_timestamp_seconds",
             "Expiry (Unix time) of the serving certificate in use.",
         )?;
+        let privileged_refused = IntGauge::new(
+            "cp_webhook_privileged_identities_refused",
+            "Identities in the privileged ConfigMap refused as too broad (e.g. system:authenticated).",
+        )?;
         let build_info = IntGaugeVec::new(
             Opts::new("cp_build_info", "Build information."),
             &["component", "version"],
@@ -145,6 +152,7 @@ impl Metrics {
             Box::new(cert_reloads.clone()),
             Box::new(cert_reload_failures.clone()),
             Box::new(cert_expiry.clone()),
+            Box::new(privileged_refused.clone()),
             Box::new(build_info.clone()),
         ] {
             names.extend(c.desc().iter().map(|d| d.fq_name.clone()));
@@ -161,6 +169,7 @@ impl Metrics {
             cert_reloads,
             cert_reload_failures,
             cert_expiry,
+            privileged_refused,
             build_info,
             connections_refused,
             connections_closed,

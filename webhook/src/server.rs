@@ -80,6 +80,7 @@ impl AppState {
     fn ready(&self) -> bool {
         self.serving.load(std::sync::atomic::Ordering::SeqCst)
             && self.caches.as_ref().is_none_or(Caches::ready)
+            && crate::tls::serving_problem().is_none()
     }
 }
 

@@ -20,6 +20,16 @@ use crate::metrics::Metrics;
 pub struct CertStore {
     current: ArcSwap<CertifiedKey>,
     loaded: ArcSwap<(Vec<u8>, Vec<u8>)>,
+    /// Expiry of the served certificate (`None`: unreadable, judged by rustls alone).
+    not_after: ArcSwap<Option<time::OffsetDateTime>>,
+    /// Why the newest certificate seen could not be swapped in (`None`: the newest one is served).
+    refused: ArcSwap<Option<String>>,
+}
+
+fn expiry(cert_pem: &[u8]) -> Option<time::OffsetDateTime> {
+    cp_certs::inspect(&String::from_utf8_lossy(cert_pem))
+        .ok()
+        .map(|i| i.not_after)
 }
 
 impl CertStore {
@@ -28,21 +38,48 @@ impl CertStore {
         Ok(Self {
             current: ArcSwap::from_pointee(certified_key(cert_pem, key_pem)?),
             loaded: ArcSwap::from_pointee((cert_pem.to_vec(), key_pem.to_vec())),
+            not_after: ArcSwap::from_pointee(expiry(cert_pem)),
+            refused: ArcSwap::from_pointee(None),
         })
     }
 
     /// Swaps in a new certificate if it differs from the current one; returns whether it did.
-    /// A certificate that does not parse is refused and the current one stays.
+    /// A certificate that does not parse is refused and the current one stays (and the store reports
+    /// the refusal in [`CertStore::problem`] until a certificate it can serve arrives).
     pub fn update(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<bool, Error> {
         let loaded = self.loaded.load();
         if loaded.0 == cert_pem && loaded.1 == key_pem {
+            self.refused.store(Arc::new(None));
             return Ok(false);
         }
-        let key = certified_key(cert_pem, key_pem)?;
+        let key = match certified_key(cert_pem, key_pem) {
+            Ok(k) => k,
+            Err(e) => {
+                self.refused.store(Arc::new(Some(e.to_string())));
+                return Err(e);
+            }
+        };
         self.current.store(Arc::new(key));
         self.loaded
             .store(Arc::new((cert_pem.to_vec(), key_pem.to_vec())));
+        self.not_after.store(Arc::new(expiry(cert_pem)));
+        self.refused.store(Arc::new(None));
         Ok(true)
+    }
+
+    /// Why this replica cannot serve the current certificate at `now`, if it cannot: the one it serves
+    /// has expired, or the newest one published could not be loaded (a client that trusts only the
+    /// new CA would fail). Readiness reports it, so the Service stops sending requests here.
+    pub fn problem(&self, now: time::OffsetDateTime) -> Option<String> {
+        if let Some(why) = self.refused.load().as_ref() {
+            return Some(format!(
+                "the newest serving certificate could not be loaded ({why}); still serving the previous one"
+            ));
+        }
+        match **self.not_after.load() {
+            Some(t) if t <= now => Some(format!("the serving certificate expired at {t}")),
+            _ => None,
+        }
     }
 
     /// The PEM of the certificate being served.
@@ -80,8 +117,27 @@ fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Error>
     Ok(ck)
 }
 
+/// The store this process serves from ([`server_config`] registers it), for readiness.
+static SERVED: std::sync::RwLock<Option<std::sync::Weak<CertStore>>> = std::sync::RwLock::new(None);
+
+/// Why this process cannot serve the current certificate, if it cannot ([`CertStore::problem`] of the
+/// store it serves from; `None` before one is registered: readiness waits for it separately).
+pub fn serving_problem() -> Option<String> {
+    let served = match SERVED.read() {
+        Ok(s) => s.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    };
+    served
+        .and_then(|w| w.upgrade())
+        .and_then(|s| s.problem(time::OffsetDateTime::now_utc()))
+}
+
 /// A rustls server configuration (TLS 1.2 and 1.3 only) that serves whatever `store` holds.
 pub fn server_config(store: Arc<CertStore>) -> Result<ServerConfig, Error> {
+    match SERVED.write() {
+        Ok(mut s) => *s = Some(Arc::downgrade(&store)),
+        Err(poisoned) => *poisoned.into_inner() = Some(Arc::downgrade(&store)),
+    }
     let mut cfg = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| Error::Tls(e.to_string()))?
@@ -186,5 +242,69 @@ pub async fn watch_secret(
             }
             Err(e) => tracing::warn!(error = %e, "watching the serving certificate Secret"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::{Duration as Span, OffsetDateTime};
+
+    fn leaf(ca: &cp_certs::Ca, from: OffsetDateTime, lifetime: Span) -> cp_certs::Leaf {
+        ca.issue(&cp_certs::LeafSpec::server(
+            "cp-webhook",
+            &["localhost"],
+            &[],
+            from,
+            lifetime,
+        ))
+        .expect("leaf")
+    }
+
+    #[test]
+    fn a_store_that_cannot_serve_the_current_certificate_says_why() {
+        let now = OffsetDateTime::now_utc();
+        let ca = cp_certs::Ca::generate(
+            "ca",
+            now - Span::hours(1),
+            now + Span::days(1),
+            cp_certs::KeyAlgorithm::EcdsaP256,
+        )
+        .expect("ca");
+        let (a, b) = (
+            leaf(&ca, now - Span::minutes(1), Span::hours(1)),
+            leaf(&ca, now - Span::minutes(1), Span::hours(1)),
+        );
+        let store = CertStore::new(a.cert_pem.as_bytes(), a.key_pem.as_bytes()).expect("store");
+        assert_eq!(store.problem(now), None);
+        // Expired: judged by the served certificate's notAfter.
+        let msg = store.problem(now + Span::hours(2)).expect("expired");
+        assert!(msg.contains("expired"), "{msg}");
+        // A rotation whose new certificate cannot be loaded (another certificate's key).
+        assert!(
+            store
+                .update(b.cert_pem.as_bytes(), a.key_pem.as_bytes())
+                .is_err()
+        );
+        let msg = store.problem(now).expect("refused");
+        assert!(msg.contains("could not be loaded"), "{msg}");
+        // The published certificate reverted to the served one, or a loadable new one: fine again.
+        assert_eq!(
+            store
+                .update(a.cert_pem.as_bytes(), a.key_pem.as_bytes())
+                .ok(),
+            Some(false)
+        );
+        assert_eq!(store.problem(now), None);
+        store
+            .update(b.cert_pem.as_bytes(), a.key_pem.as_bytes())
+            .expect_err("mismatch");
+        assert_eq!(
+            store
+                .update(b.cert_pem.as_bytes(), b.key_pem.as_bytes())
+                .ok(),
+            Some(true)
+        );
+        assert_eq!(store.problem(now), None);
     }
 }

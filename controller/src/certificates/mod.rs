@@ -32,6 +32,9 @@ pub use tunnel::{Provider, TunnelCertSettings, provider};
 
 const CA_CREATED: &str = "connectivityproxy.sap.com/ca-created-at";
 const LEAF_SWITCHED: &str = "connectivityproxy.sap.com/leaf-switched-at";
+/// The operator's record of the CA it retired in a rotation: the SHA-256 fingerprint of
+/// `previous-ca.crt`. A `previous-ca.crt` without it (added by hand, or changed since) is not trusted.
+const PREVIOUS_CA_SHA256: &str = "connectivityproxy.sap.com/previous-ca-sha256";
 
 pub(crate) fn text(data: &BTreeMap<String, k8s_openapi::ByteString>, key: &str) -> Option<String> {
     data.get(key)
@@ -46,7 +49,28 @@ fn time_annotation(secret: &Secret, key: &str) -> Option<OffsetDateTime> {
         .and_then(|v| OffsetDateTime::parse(v, &Rfc3339).ok())
 }
 
-/// Reads the rotation state from the CA and leaf Secrets.
+/// `previous-ca.crt` of the CA Secret if the operator recorded it ([`PREVIOUS_CA_SHA256`] matches):
+/// `Ok(None)` when there is none, `Err` naming why one present is not trusted.
+pub fn recorded_previous_ca(ca: Option<&Secret>) -> Result<Option<String>, String> {
+    let data = ca.and_then(|s| s.data.as_ref());
+    let Some(pem) = data.and_then(|d| text(d, "previous-ca.crt")) else {
+        return Ok(None);
+    };
+    let recorded = ca.and_then(|s| s.annotations().get(PREVIOUS_CA_SHA256));
+    match (recorded, cp_certs::fingerprint(&pem)) {
+        (Some(r), Ok(f)) if r.eq_ignore_ascii_case(&f) => Ok(Some(pem)),
+        (None, _) => Err(format!(
+            "previous-ca.crt has no {PREVIOUS_CA_SHA256} record: the operator did not retire it in a rotation"
+        )),
+        (Some(_), Ok(f)) => Err(format!(
+            "previous-ca.crt (sha256 {f}) is not the CA the operator retired ({PREVIOUS_CA_SHA256})"
+        )),
+        (Some(_), Err(e)) => Err(format!("previous-ca.crt does not parse: {e}")),
+    }
+}
+
+/// Reads the rotation state from the CA and leaf Secrets. A `previous-ca.crt` the operator did not
+/// record ([`recorded_previous_ca`]) is left out, so it never reaches a CA bundle.
 pub fn state_from(ca: Option<&Secret>, leaf: Option<&Secret>) -> State {
     let ca_data = ca.and_then(|s| s.data.clone()).unwrap_or_default();
     let leaf_data = leaf.and_then(|s| s.data.clone()).unwrap_or_default();
@@ -55,7 +79,7 @@ pub fn state_from(ca: Option<&Secret>, leaf: Option<&Secret>) -> State {
             (Some(cert_pem), Some(key_pem)) => Some(Ca { cert_pem, key_pem }),
             _ => None,
         },
-        previous_ca_pem: text(&ca_data, "previous-ca.crt"),
+        previous_ca_pem: recorded_previous_ca(ca).ok().flatten(),
         ca_created_at: ca.and_then(|s| time_annotation(s, CA_CREATED)),
         leaf_switched_at: ca.and_then(|s| time_annotation(s, LEAF_SWITCHED)),
         leaf: match (text(&leaf_data, "tls.crt"), text(&leaf_data, "tls.key")) {
@@ -72,10 +96,13 @@ pub fn ca_secret_content(plan: &Plan) -> Value {
         data.insert("ca.crt".to_string(), ca.cert_pem.clone().into_bytes());
         data.insert("ca.key".to_string(), ca.key_pem.clone().into_bytes());
     }
+    let mut annotations = BTreeMap::new();
     if let Some(p) = &plan.state.previous_ca_pem {
         data.insert("previous-ca.crt".to_string(), p.clone().into_bytes());
+        if let Ok(f) = cp_certs::fingerprint(p) {
+            annotations.insert(PREVIOUS_CA_SHA256.to_string(), f);
+        }
     }
-    let mut annotations = BTreeMap::new();
     let fmt = |t: OffsetDateTime| t.format(&Rfc3339).unwrap_or_default();
     if let Some(t) = plan.state.ca_created_at {
         annotations.insert(CA_CREATED.to_string(), fmt(t));
@@ -285,6 +312,13 @@ pub async fn reconcile_webhook_certs(
         .get_opt(names::WEBHOOK_CERT_SECRET)
         .await
         .map_err(|e| Error::kube("reading the webhook certificate Secret", e))?;
+    if let Err(why) = recorded_previous_ca(ca.as_ref()) {
+        tracing::warn!(
+            secret = %format!("{}/{}", s.namespace, names::WEBHOOK_CA_SECRET),
+            %why,
+            "previous-ca.crt dropped from the webhook CA bundle"
+        );
+    }
     let now = OffsetDateTime::now_utc();
     let plan =
         rotation::plan(now, &state_from(ca.as_ref(), leaf.as_ref()), &s.spec()).map_err(|e| {
@@ -409,4 +443,82 @@ where
     .touched_objects()
     .map(|r| r.map(|_| ()))
     .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ca(cn: &str) -> Ca {
+        let now = OffsetDateTime::now_utc();
+        Ca::generate(
+            cn,
+            now - time::Duration::hours(1),
+            now + time::Duration::days(1),
+            cp_certs::KeyAlgorithm::EcdsaP256,
+        )
+        .expect("ca")
+    }
+
+    /// What the operator writes into the CA Secret for `state`, read back as a Secret.
+    fn written(state: State) -> Secret {
+        let plan = Plan {
+            state,
+            bundle: String::new(),
+            next: OffsetDateTime::now_utc(),
+            ca_rotated: false,
+            leaf_rotated: false,
+        };
+        serde_json::from_value(ca_secret_content(&plan)).expect("secret")
+    }
+
+    fn set_previous(s: &mut Secret, pem: &str) {
+        s.data.get_or_insert_default().insert(
+            "previous-ca.crt".into(),
+            k8s_openapi::ByteString(pem.as_bytes().to_vec()),
+        );
+    }
+
+    #[test]
+    fn only_a_previous_ca_the_operator_retired_is_trusted() {
+        let (current, retired, foreign) = (ca("current"), ca("retired"), ca("foreign"));
+        // Hand-added to a Secret without a rotation in progress: dropped.
+        let mut s = written(State {
+            ca: Some(current.clone()),
+            ..State::default()
+        });
+        assert_eq!(state_from(Some(&s), None).previous_ca_pem, None);
+        set_previous(&mut s, &foreign.cert_pem);
+        assert_eq!(state_from(Some(&s), None).previous_ca_pem, None);
+        let why = recorded_previous_ca(Some(&s)).expect_err("no record");
+        assert!(why.contains(PREVIOUS_CA_SHA256), "{why}");
+        // Retired by the operator's rotation: trusted for the rotation window.
+        let mut s = written(State {
+            ca: Some(current.clone()),
+            previous_ca_pem: Some(retired.cert_pem.clone()),
+            ..State::default()
+        });
+        assert_eq!(
+            state_from(Some(&s), None).previous_ca_pem.as_deref(),
+            Some(retired.cert_pem.as_str())
+        );
+        // Swapped by hand during the rotation: not the CA the operator retired.
+        set_previous(&mut s, &foreign.cert_pem);
+        let state = state_from(Some(&s), None);
+        assert_eq!(state.previous_ca_pem, None);
+        let spec = WebhookCertSettings {
+            namespace: "kyma-system".into(),
+            service: "svc".into(),
+            ips: vec![],
+            ca_lifetime: time::Duration::days(1),
+            cert_lifetime: time::Duration::hours(12),
+            propagation: time::Duration::seconds(60),
+            algorithm: cp_certs::KeyAlgorithm::EcdsaP256,
+            owner: None,
+        }
+        .spec();
+        let plan = rotation::plan(OffsetDateTime::now_utc(), &state, &spec).expect("plan");
+        assert!(!plan.bundle.contains(foreign.cert_pem.trim_end()));
+        assert!(plan.bundle.contains(current.cert_pem.trim_end()));
+    }
 }

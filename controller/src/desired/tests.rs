@@ -251,3 +251,52 @@ fn hash_is_stable() {
     assert_ne!(hash_str("abc"), hash_str("abd"));
     assert_eq!(hash_str(""), "cbf29ce484222325");
 }
+
+/// The Secrets projected into the proxy pod.
+fn projected_secrets(objs: &[Desired]) -> Vec<String> {
+    let sts = find(objs, Kind::StatefulSet, cp_api::names::STATEFULSET);
+    sts["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["projected"]["sources"].as_array())
+        .flatten()
+        .filter_map(|s| s["secret"]["name"].as_str().map(String::from))
+        .collect()
+}
+
+#[test]
+fn the_renderer_never_projects_an_operator_owned_secret_into_the_proxy() {
+    let mut spec = default_spec();
+    spec["secretConfig"]["integration"]["auditlogService"] =
+        json!({"secretName": "my-auditlog-key"});
+    let c = cr(spec.clone());
+    let r = resolve(&c, &facts("d.example.com")).expect("resolves");
+    assert!(projected_secrets(&desired(&c, &r, &[])).contains(&"my-auditlog-key".to_string()));
+    for owned in cp_api::validation::OPERATOR_SECRETS {
+        spec["secretConfig"]["integration"]["auditlogService"] = json!({"secretName": owned});
+        let c = cr(spec.clone());
+        // A CR admitted before the rule is refused as a whole...
+        let err = resolve(&c, &facts("d.example.com")).expect_err(owned);
+        assert!(
+            err.message()
+                .contains("spec.secretConfig.integration.auditlogService.secretName"),
+            "{}",
+            err.message()
+        );
+        // ...and the renderer, handed one anyway, leaves the Secret out.
+        let objs = desired(&c, &r, &[]);
+        assert!(
+            !projected_secrets(&objs).iter().any(|s| s == owned),
+            "{owned} projected: {:?}",
+            projected_secrets(&objs)
+        );
+        let mut r = r.clone();
+        r.service_key_secret = owned.to_string();
+        let objs = desired(&c, &r, &[]);
+        assert!(
+            !projected_secrets(&objs).iter().any(|s| s == owned),
+            "{owned} projected as the service key"
+        );
+    }
+}

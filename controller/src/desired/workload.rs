@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use cp_api::cp::{Deployment, Image};
+use cp_api::validation::is_operator_secret;
 use cp_api::{ConnectivityProxy, defaults, names};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
@@ -331,18 +332,18 @@ fn pod_spec(cr: &ConnectivityProxy, d: &Deployment, resolved: &Resolved) -> PodS
     let utility = d.utility_image.clone().unwrap_or_default();
     let resources = d.resources.clone().unwrap_or_default();
     let fd = resources.max_file_descriptor_count.unwrap_or(64000);
+    // A user-named Secret is projected whole: one of the operator's own (the webhook CA's `ca.key`)
+    // never is, even for a CR admitted before admission checked the name (resolve refuses it too).
     let auditlog = cr
         .spec
-        .secret_config
-        .as_ref()
-        .and_then(|s| s.integration.as_ref())
-        .and_then(|i| i.auditlog_service.as_ref())
-        .map(|a| a.secret_name.clone())
-        .filter(|a| !a.is_empty());
-    let mut sources = vec![secret_projection(
-        resolved.service_key_secret.clone(),
-        false,
-    )];
+        .auditlog_secret()
+        .filter(|a| !a.is_empty() && !is_operator_secret(a))
+        .map(String::from);
+    let mut sources: Vec<VolumeProjection> = Some(resolved.service_key_secret.clone())
+        .filter(|s| !is_operator_secret(s))
+        .map(|s| secret_projection(s, false))
+        .into_iter()
+        .collect();
     sources.extend(auditlog.map(|a| secret_projection(a, true)));
     let pull_secrets: Vec<LocalObjectReference> = [&image, &utility]
         .iter()

@@ -29,6 +29,7 @@ fn settings() -> Settings {
         },
         deployment_defaults: crate::upgrade::release_defaults(None),
         ca_endpoint_roots: vec![],
+        ca_egress: Default::default(),
     }
 }
 

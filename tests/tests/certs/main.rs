@@ -370,3 +370,105 @@ async fn gardener_certificate_is_used_where_its_crd_exists() {
         .await
         .expect("remove Gardener CRD");
 }
+
+/// The CA bundle of every webhook in both configurations, decoded.
+async fn ca_bundles(admin: &kube::Client) -> Vec<String> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    let mut out = Vec::new();
+    if let Some(m) = Api::<MutatingWebhookConfiguration>::all(admin.clone())
+        .get_opt(names::MUTATING_WEBHOOK_CONFIG)
+        .await
+        .expect("mutating configuration")
+    {
+        out.extend(m.webhooks.unwrap_or_default().into_iter().map(|h| {
+            String::from_utf8_lossy(&h.client_config.ca_bundle.unwrap_or_default().0).to_string()
+        }));
+    }
+    if let Some(v) = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .get_opt(names::VALIDATING_WEBHOOK_CONFIG)
+        .await
+        .expect("validating configuration")
+    {
+        out.extend(v.webhooks.unwrap_or_default().into_iter().map(|h| {
+            String::from_utf8_lossy(&h.client_config.ca_bundle.unwrap_or_default().0).to_string()
+        }));
+    }
+    out
+}
+
+/// A `previous-ca.crt` written into the webhook CA Secret by hand (not by a rotation of the operator,
+/// which records the previous CA's fingerprint) never reaches the webhook configurations' CA bundle:
+/// whoever can write that Secret cannot make the API server trust a CA of their own.
+#[tokio::test]
+async fn a_hand_added_previous_ca_never_reaches_the_ca_bundle() {
+    let _turn = TURN.lock().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    controller().await;
+    // The configurations exist (and admission keeps working) whichever test ran first.
+    let wh = Webhook::start_from_secret(&cp, "cp-webhook-trust", &[])
+        .await
+        .expect("webhook starts on the controller's certificate");
+    wh.register(&admin).await.expect("register");
+    cp_tests::wait::until(
+        "the controller's CA bundle in every webhook",
+        Duration::from_secs(20),
+        || {
+            let admin = admin.clone();
+            async move {
+                let b = ca_bundles(&admin).await;
+                Ok(
+                    (b.len() >= 2 && b.iter().all(|b| b.contains("BEGIN CERTIFICATE")))
+                        .then_some(()),
+                )
+            }
+        },
+    )
+    .await
+    .expect("bundle");
+    let now = time::OffsetDateTime::now_utc();
+    let foreign = cp_certs::Ca::generate(
+        "hand-added",
+        now - time::Duration::minutes(1),
+        now + time::Duration::days(30),
+        cp_certs::KeyAlgorithm::EcdsaP256,
+    )
+    .expect("a CA of the attacker's own");
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "kyma-system");
+    use base64::Engine;
+    let patch = json!({"data": {"previous-ca.crt":
+        base64::engine::general_purpose::STANDARD.encode(&foreign.cert_pem)}});
+    secrets
+        .patch(
+            names::WEBHOOK_CA_SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .expect("hand-add previous-ca.crt");
+    // The controller watches the Secret and re-plans within a moment; for 2 propagation times (and
+    // many re-plans) no bundle may hold the hand-added CA.
+    let needle = foreign.cert_pem.trim_end().to_string();
+    let window = Instant::now() + Duration::from_secs(6);
+    let mut samples = tokio::time::interval(Duration::from_millis(100));
+    while Instant::now() < window {
+        samples.tick().await;
+        let bundles = ca_bundles(&admin).await;
+        assert!(
+            !bundles.iter().any(|b| b.contains(&needle)),
+            "the hand-added previous-ca.crt is trusted by the API server"
+        );
+    }
+    // And admission still works through the controller's own certificate.
+    let ns = cp.namespace("trust-bundle").await.expect("ns");
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        &ns,
+        &ApiResource::erase::<ConnectivityProxy>(&()),
+    );
+    cp_tests::wait::admitted(&api, "admission after the hand-added CA")
+        .await
+        .expect("admission");
+}

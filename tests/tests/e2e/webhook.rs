@@ -342,6 +342,20 @@ async fn every_validation_rule_has_an_allowed_and_a_denied_case() {
             ),
         ),
         (
+            "the audit log secret may not be one of the operator's own (it is projected whole into the proxy)",
+            with(
+                base.clone(),
+                "/spec/secretConfig/integration/auditlogService",
+                json!({"secretName": "connectivity-proxy-webhook-ca"}),
+            ),
+            "spec.secretConfig.integration.auditlogService.secretName",
+            with(
+                base.clone(),
+                "/spec/secretConfig/integration/auditlogService",
+                json!({"secretName": "my-auditlog-key"}),
+            ),
+        ),
+        (
             "className nginx is not served by the Kyma module",
             with(
                 base.clone(),
@@ -736,9 +750,13 @@ async fn idle_and_half_sent_connections_neither_stop_admission_nor_stay_open() {
     api.create(&dry, &cr).await.expect("admitted afterwards");
 }
 
+/// Tests that write ConfigMap `connectivity-proxy-operator-config` take turns.
+static PRIVILEGED_CONFIG: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn privileged_identities_are_read_live_from_the_configmap() {
     webhook().await;
+    let _config = PRIVILEGED_CONFIG.lock().await;
     let cp = control_plane();
     let admin = cp.admin().await.expect("admin");
     let ns = cp.namespace("wh-privileged").await.expect("ns");
@@ -805,4 +823,66 @@ async fn privileged_identities_are_read_live_from_the_configmap() {
     wait_for(false, "carol's edit refused again")
         .await
         .expect("the webhook dropped carol");
+}
+
+/// Groups every user or every ServiceAccount is in are refused in the privileged list of the
+/// ConfigMap: naming `system:authenticated` there does not hand `spec.deployment` to everyone, while a
+/// narrow group named beside it is honoured.
+#[tokio::test]
+async fn broad_groups_in_the_configmap_do_not_make_everyone_privileged() {
+    webhook().await;
+    let _config = PRIVILEGED_CONFIG.lock().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    let ns = cp.namespace("wh-broad-groups").await.expect("ns");
+    let alice = alice().await;
+    create(&alice, &ns, default_cr("cp")).await.expect("create");
+    let set = |groups: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "connectivity-proxy-operator-config", "namespace": "kyma-system"},
+                "data": {"privilegedUsers": "", "privilegedGroups": groups}});
+            cp_tests::manifest::apply_object(&admin, serde_json::from_value(cm).expect("cm"), None)
+                .await
+                .expect("config");
+        }
+    };
+    set("system:authenticated, system:serviceaccounts, system:serviceaccounts:kyma-system, sre-team").await;
+    // carol is in sre-team: her edit is admitted once the webhook has read the ConfigMap.
+    let carol = cp
+        .client(&cp_tests::Identity::User {
+            name: "carol".into(),
+            groups: vec!["sre-team".into()],
+        })
+        .await
+        .expect("carol");
+    let n = std::sync::atomic::AtomicI64::new(2);
+    let edit = |v: i64| json!({"spec": {"deployment": {"replicaCount": v}}});
+    cp_tests::wait::until(
+        "sre-team's edit admitted",
+        std::time::Duration::from_secs(15),
+        || {
+            let api = cps(&carol, &ns);
+            let v = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                api.patch("cp", &PatchParams::default(), &Patch::Merge(&edit(v)))
+                    .await
+                    .map(|_| Some(()))
+                    .map_err(|e| e.to_string())
+            }
+        },
+    )
+    .await
+    .expect("the webhook read the ConfigMap");
+    // alice is in system:authenticated (as every authenticated user): still refused.
+    let v = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let msg = denied(
+        cps(&alice, &ns)
+            .patch("cp", &PatchParams::default(), &Patch::Merge(&edit(v)))
+            .await,
+        "alice, in system:authenticated",
+    );
+    assert!(msg.contains("spec.deployment.replicaCount"), "{msg}");
+    set("").await;
 }

@@ -427,3 +427,240 @@ fn leak_forms_find_a_secret_embedded_in_base64_and_escaped_json() {
         .collect();
     assert!(forms.iter().any(|f| escaped.contains(f.as_str())));
 }
+
+/// Test-only RBAC: the controller may read and renew the two Leases of the clock-skew test (the shipped
+/// Role names only the operator's own Lease).
+const SKEW_LEASE_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: cp-test-skew-leases
+  namespace: kyma-system
+rules:
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  resourceNames: ["cp-skew-past", "cp-skew-future"]
+  verbs: ["get", "update"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: cp-test-skew-leases
+  namespace: kyma-system
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: cp-test-skew-leases
+subjects:
+- kind: ServiceAccount
+  name: connectivity-proxy-controller
+  namespace: kyma-system
+"#;
+
+/// A Lease held by `holder` with `renewTime` `renew` (RFC 3339) and a 6 s duration.
+fn skewed_lease(
+    name: &str,
+    holder: &str,
+    renew: &str,
+) -> k8s_openapi::api::coordination::v1::Lease {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "kyma-system"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 6, "renewTime": renew,
+                 "acquireTime": renew, "leaseTransitions": 0}
+    }))
+    .expect("lease")
+}
+
+/// Lease expiry is judged by the candidate's own monotonic clock since the lease record last changed,
+/// never by comparing the holder's `renewTime` with the local wall clock: a holder whose clock is far
+/// behind but who keeps renewing keeps its lease; one whose clock is far ahead but who stopped renewing
+/// loses it after a lease duration.
+#[tokio::test]
+async fn lease_expiry_is_judged_by_the_candidates_clock_not_the_holders_renew_time() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let _turn = TURN.lock().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    install_our_crds(&admin).await;
+    cp_tests::cluster::ensure_namespace(&admin, "kyma-system")
+        .await
+        .expect("ns");
+    manifest::apply_yaml(&admin, SKEW_LEASE_RBAC, None)
+        .await
+        .expect("lease RBAC");
+    let lease = 6u64;
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "kyma-system");
+    let holder_of = |name: &'static str| {
+        let leases = leases.clone();
+        async move {
+            leases
+                .get(name)
+                .await
+                .expect("lease")
+                .spec
+                .and_then(|s| s.holder_identity)
+                .unwrap_or_default()
+        }
+    };
+    let args = |name: &'static str| {
+        [
+            "--leader-elect=true".to_string(),
+            format!("--lease-seconds={lease}"),
+            format!("--lease-name={name}"),
+            "--manage-webhook-certs=false".to_string(),
+        ]
+    };
+
+    // 1. renewTime far in the past (the holder's clock is behind), but the holder keeps renewing.
+    for name in ["cp-skew-past", "cp-skew-future"] {
+        let _ = leases.delete(name, &Default::default()).await;
+    }
+    leases
+        .create(
+            &PostParams::default(),
+            &skewed_lease("cp-skew-past", "behind", "2001-01-01T00:00:00.000000Z"),
+        )
+        .await
+        .expect("create the past lease");
+    let renewer = {
+        let leases = leases.clone();
+        tokio::spawn(async move {
+            // The holder's renewals, once a second (a third of what the lease allows).
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            for k in 1u32.. {
+                tick.tick().await;
+                let renew = format!("2001-01-01T00:{:02}:{:02}.000000Z", (k / 60) % 60, k % 60);
+                let patch = json!({"spec": {"renewTime": renew}});
+                let _ = leases
+                    .patch(
+                        "cp-skew-past",
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await;
+            }
+        })
+    };
+    let a_args = args("cp-skew-past");
+    let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
+    let a = ControllerProcess::start_standby(&cp, "skew-past", &a_args)
+        .await
+        .expect("candidate a");
+    // For three lease durations of the candidate's clock it never leads.
+    let window = Instant::now() + Duration::from_secs(lease * 3);
+    let mut samples = tokio::time::interval(Duration::from_millis(250));
+    while Instant::now() < window {
+        samples.tick().await;
+        assert_eq!(
+            a.metric("cp_controller_leader").await,
+            0.0,
+            "took over a lease that is being renewed (renewTime in the past):\n{}",
+            cp.log_tail("skew-past", 20)
+        );
+    }
+    renewer.abort();
+    assert_eq!(holder_of("cp-skew-past").await, "behind");
+    cp.kill_process("skew-past").expect("stop a");
+
+    // 2. renewTime far in the future (the holder's clock is ahead), and the holder is gone.
+    leases
+        .create(
+            &PostParams::default(),
+            &skewed_lease("cp-skew-future", "ahead", "2100-01-01T00:00:00.000000Z"),
+        )
+        .await
+        .expect("create the future lease");
+    let started = Instant::now();
+    let b_args = args("cp-skew-future");
+    let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
+    let b = ControllerProcess::start_standby(&cp, "skew-future", &b_args)
+        .await
+        .expect("candidate b");
+    cp_tests::wait::until(
+        "the candidate takes over the abandoned lease",
+        Duration::from_secs(lease * 3),
+        || async { Ok((b.metric("cp_controller_leader").await == 1.0).then_some(())) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", cp.log_tail("skew-future", 20)));
+    let took = started.elapsed();
+    println!("took over the abandoned lease after {took:?} (lease {lease} s)");
+    assert!(
+        took >= Duration::from_secs(lease),
+        "took over after {took:?}, before a lease duration of its own clock"
+    );
+    assert_eq!(holder_of("cp-skew-future").await, "skew-future");
+    cp.kill_process("skew-future").expect("stop b");
+    for name in ["cp-skew-past", "cp-skew-future"] {
+        let _ = leases.delete(name, &Default::default()).await;
+    }
+}
+
+/// A webhook replica that cannot serve the current certificate leaves the Service: `/readyz` fails
+/// while the newest certificate published cannot be loaded (a failed reload after a rotation) and once
+/// the certificate it serves has expired; it is ready again as soon as it serves a good one.
+#[tokio::test]
+async fn a_webhook_that_cannot_serve_the_current_certificate_is_not_ready() {
+    let _turn = TURN.lock().await;
+    let cp = control_plane();
+    install_our_crds(&cp.admin().await.expect("admin")).await;
+    let wh = Webhook::start(&cp, "webhook-cert-health", &[])
+        .await
+        .expect("webhook");
+    let ca = wh.ca.clone().expect("the harness's CA");
+    let addr = wh.metrics_addr.clone();
+    let ready_is = |want: u16, what: &'static str, within: Duration| {
+        let addr = addr.clone();
+        async move {
+            cp_tests::wait::until(what, within, || {
+                let addr = addr.clone();
+                async move {
+                    match cp_tests::webhook::http_get(&addr, "/readyz").await {
+                        Ok((code, _)) if code == want => Ok(Some(())),
+                        Ok((code, body)) => Err(format!("{code} {body}")),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+            })
+            .await
+        }
+    };
+    let write = |cert: &str, key: &str| {
+        std::fs::write(&wh.cert_file, cert).expect("cert file");
+        std::fs::write(&wh.key_file, key).expect("key file");
+    };
+    let a = cp_tests::webhook::serving_cert(&ca, time::Duration::days(1)).expect("a");
+    let b = cp_tests::webhook::serving_cert(&ca, time::Duration::days(1)).expect("b");
+    // A rotation whose new certificate cannot be loaded (the key of another certificate).
+    write(&b.cert_pem, &a.key_pem);
+    ready_is(
+        503,
+        "not ready while the new certificate cannot be loaded",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", cp.log_tail("webhook-cert-health", 10)));
+    write(&b.cert_pem, &b.key_pem);
+    ready_is(
+        200,
+        "ready again with a certificate it can serve",
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("ready");
+    // A certificate that expires in a few seconds (issued from 30 s ago for 35 s): served, then expired.
+    let short = cp_tests::webhook::serving_cert(&ca, time::Duration::seconds(35)).expect("short");
+    write(&short.cert_pem, &short.key_pem);
+    ready_is(
+        503,
+        "not ready once the served certificate expired",
+        Duration::from_secs(20),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", cp.log_tail("webhook-cert-health", 10)));
+    write(&a.cert_pem, &a.key_pem);
+    ready_is(200, "ready again after a renewal", Duration::from_secs(10))
+        .await
+        .expect("ready");
+    cp.kill_process("webhook-cert-health").expect("stop");
+}
