@@ -455,3 +455,94 @@ async fn oversized_fields_are_refused_by_the_crd_schema_naming_the_field() {
         other => panic!("an oversized mapping: expected 422, got {other:?}"),
     }
 }
+
+/// Kubernetes' own `edit` and `view`, filled by kube-controller-manager's clusterrole-aggregation
+/// controller from the bundle's roles: an editor writes ConnectivityProxies and ServiceMappings; a
+/// viewer reads ServiceMappings but not the CRs, which may carry a service key inline (like Secrets,
+/// which `view` never grants).
+#[tokio::test]
+async fn through_the_aggregated_roles_an_editor_writes_and_a_viewer_never_reads_an_inline_key() {
+    webhook().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    cp_tests::manifest::apply_file(
+        &admin,
+        &cp_tests::workspace_root().join("manifests/rbac/user-roles.yaml"),
+        None,
+    )
+    .await
+    .expect("the bundle's user roles");
+    let bindings = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: cp-test-edna-edit}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}
+subjects: [{kind: User, name: edna, apiGroup: rbac.authorization.k8s.io}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: cp-test-victor-view}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}
+subjects: [{kind: User, name: victor, apiGroup: rbac.authorization.k8s.io}]
+"#;
+    cp_tests::manifest::apply_yaml(&admin, bindings, None)
+        .await
+        .expect("bindings to edit and view");
+    let user = |name: &str| Identity::User {
+        name: name.into(),
+        groups: vec!["system:authenticated".into()],
+    };
+    let edna = cp.client(&user("edna")).await.expect("edna");
+    let victor = cp.client(&user("victor")).await.expect("victor");
+    let ns = cp.namespace("sec-roles").await.expect("ns");
+    let mut cr = default_cr("cp");
+    let key = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(
+            json!({"clientid": "c", "clientsecret": "inline-secret", "subaccount_id": "s", "subaccount_subdomain": "d"})
+                .to_string(),
+        )
+    };
+    cr["spec"]["secretConfig"] = json!({"integration": {"connectivityService": {
+        "secretName": "inline-key", "secretData": key}}});
+    let obj: DynamicObject = serde_json::from_value(cr).expect("object");
+    // The aggregation controller fills `edit` within seconds of the roles' creation.
+    cp_tests::wait::until("edna creates a CR through edit", Duration::from_secs(30), || {
+        let (api, obj) = (cps(&edna, &ns), obj.clone());
+        async move {
+            match api.create(&PostParams::default(), &obj).await {
+                Ok(_) => Ok(Some(())),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Some(())),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    })
+    .await
+    .expect("edit grants ConnectivityProxies");
+    let victors_mappings: Api<DynamicObject> = Api::all_with(
+        victor.clone(),
+        &ApiResource::erase::<cp_api::ServiceMapping>(&()),
+    );
+    cp_tests::wait::until("victor lists ServiceMappings through view", Duration::from_secs(30), || {
+        let api = victors_mappings.clone();
+        async move {
+            api.list(&Default::default())
+                .await
+                .map(|_| Some(()))
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await
+    .expect("view grants ServiceMappings");
+    let theirs = cps(&victor, &ns);
+    for (what, result) in [
+        ("get", theirs.get("cp").await.map(|_| ())),
+        ("list", theirs.list(&Default::default()).await.map(|_| ())),
+        ("get status", theirs.get_status("cp").await.map(|_| ())),
+    ] {
+        match result {
+            Err(kube::Error::Api(s)) if s.code == 403 => {}
+            other => panic!("a viewer may {what} a ConnectivityProxy (it can carry a service key): {other:?}"),
+        }
+    }
+}
