@@ -507,31 +507,39 @@ subjects: [{kind: User, name: victor, apiGroup: rbac.authorization.k8s.io}]
         "secretName": "inline-key", "secretData": key}}});
     let obj: DynamicObject = serde_json::from_value(cr).expect("object");
     // The aggregation controller fills `edit` within seconds of the roles' creation.
-    cp_tests::wait::until("edna creates a CR through edit", Duration::from_secs(30), || {
-        let (api, obj) = (cps(&edna, &ns), obj.clone());
-        async move {
-            match api.create(&PostParams::default(), &obj).await {
-                Ok(_) => Ok(Some(())),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Some(())),
-                Err(e) => Err(e.to_string()),
+    cp_tests::wait::until(
+        "edna creates a CR through edit",
+        Duration::from_secs(30),
+        || {
+            let (api, obj) = (cps(&edna, &ns), obj.clone());
+            async move {
+                match api.create(&PostParams::default(), &obj).await {
+                    Ok(_) => Ok(Some(())),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(Some(())),
+                    Err(e) => Err(e.to_string()),
+                }
             }
-        }
-    })
+        },
+    )
     .await
     .expect("edit grants ConnectivityProxies");
     let victors_mappings: Api<DynamicObject> = Api::all_with(
         victor.clone(),
         &ApiResource::erase::<cp_api::ServiceMapping>(&()),
     );
-    cp_tests::wait::until("victor lists ServiceMappings through view", Duration::from_secs(30), || {
-        let api = victors_mappings.clone();
-        async move {
-            api.list(&Default::default())
-                .await
-                .map(|_| Some(()))
-                .map_err(|e| e.to_string())
-        }
-    })
+    cp_tests::wait::until(
+        "victor lists ServiceMappings through view",
+        Duration::from_secs(30),
+        || {
+            let api = victors_mappings.clone();
+            async move {
+                api.list(&Default::default())
+                    .await
+                    .map(|_| Some(()))
+                    .map_err(|e| e.to_string())
+            }
+        },
+    )
     .await
     .expect("view grants ServiceMappings");
     let theirs = cps(&victor, &ns);
@@ -542,7 +550,9 @@ subjects: [{kind: User, name: victor, apiGroup: rbac.authorization.k8s.io}]
     ] {
         match result {
             Err(kube::Error::Api(s)) if s.code == 403 => {}
-            other => panic!("a viewer may {what} a ConnectivityProxy (it can carry a service key): {other:?}"),
+            other => panic!(
+                "a viewer may {what} a ConnectivityProxy (it can carry a service key): {other:?}"
+            ),
         }
     }
 }
