@@ -94,6 +94,30 @@ async fn legacy_takeover_survives_five_sigkills_of_the_controller_container() ->
     );
 
     legacy::wait_step(&admin, legacy::STEPS[2], Duration::from_secs(120)).await;
+    // The mappings are relabelled by the first install after the takeover is done (the other takeover
+    // tests wait for Ready first): wait for that, not for a lucky ordering after the last kill.
+    let mappings: kube::Api<cp_api::ServiceMapping> = kube::Api::all(admin.clone());
+    cp_tests::wait::until(
+        "every legacy mapping taken over by the first install",
+        Duration::from_secs(60),
+        || {
+            let mappings = mappings.clone();
+            let names: Vec<String> = before.keys().cloned().collect();
+            async move {
+                for name in names {
+                    let m = mappings.get(&name).await.map_err(|e| e.to_string())?;
+                    if kube::ResourceExt::labels(&m)
+                        .get("kyma-project.io/module")
+                        .is_none()
+                    {
+                        return Err(format!("{name} not yet labelled"));
+                    }
+                }
+                Ok(Some(()))
+            }
+        },
+    )
+    .await?;
     legacy::assert_taken_over(&admin, &before, 20003).await;
     Ok(())
 }
