@@ -193,28 +193,6 @@ impl tower::Service<Name> for CheckedResolver {
     }
 }
 
-impl tower::Service<Name> for Resolver {
-    type Response = std::vec::IntoIter<SocketAddr>;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, name: Name) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move {
-            let ips = this.lookup(name.as_str()).await?;
-            Ok(ips
-                .into_iter()
-                .map(|ip| SocketAddr::new(ip, 0))
-                .collect::<Vec<_>>()
-                .into_iter())
-        })
-    }
-}
-
 /// Fetches the CA over HTTPS (the system's roots plus `extra_roots`) with a bounded time per attempt,
 /// a few retries and at most [`MAX_CA_BYTES`]; returns PEM. Errors never quote the response body.
 /// The host must be on the operator's list and every address it resolves to outside the refused
