@@ -112,6 +112,7 @@ run-cluster: k8s-bins node-bins build images
 ## CRD compatibility field by field, the stand-in CRDs, Busola schemas, the default CR, legacy fixtures.
 check-reference: k8s-bins build
 	CP_REFERENCE_DIR=$${CP_REFERENCE_DIR:-$(CURDIR)/../shared/reference} cargo test -p cp-tests --test reference -- --nocapture
+	CP_REFERENCE_DIR=$${CP_REFERENCE_DIR:-$(CURDIR)/../shared/reference} cargo test -p cp-controller --test library -- --ignored --nocapture reference::
 	@$(MAKE) --no-print-directory check-leaks
 
 ## A release: `make release VERSION=x.y.z` sets the workspace version (the one version source), refreshes

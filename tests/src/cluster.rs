@@ -163,26 +163,28 @@ pub fn k8s_bin_dir() -> anyhow::Result<PathBuf> {
 }
 
 impl ControlPlane {
-    /// The control plane shared by every test of this test binary, started on first use. Its
-    /// processes are stopped by the watchdog when the test binary exits.
+    /// The control plane shared by every test of this test group ([`crate::group`]), started on first
+    /// use and stopped when the next group starts (the watchdog stops what is left when the test binary
+    /// exits).
     pub fn shared() -> anyhow::Result<Arc<ControlPlane>> {
-        static SHARED: OnceLock<Result<Arc<ControlPlane>, String>> = OnceLock::new();
+        static SHARED: crate::group::SyncSlot<ControlPlane> = crate::group::SyncSlot::new();
         SHARED
-            .get_or_init(|| {
-                // Start on a plain thread: callers are usually inside a tokio runtime.
-                std::thread::spawn(|| {
-                    let keep_dir = std::env::var_os("CP_KEEP_DIR").is_some();
-                    ControlPlane::start(Options {
-                        keep_dir,
-                        ..Default::default()
+            .get_or_start(
+                || {
+                    // Start on a plain thread: callers are usually inside a tokio runtime.
+                    std::thread::spawn(|| {
+                        let keep_dir = std::env::var_os("CP_KEEP_DIR").is_some();
+                        ControlPlane::start(Options {
+                            keep_dir,
+                            ..Default::default()
+                        })
                     })
-                    .map(Arc::new)
-                })
-                .join()
-                .map_err(|_| "control plane start panicked".to_string())
-                .and_then(|r| r.map_err(|e| format!("{e:#}")))
-            })
-            .clone()
+                    .join()
+                    .map_err(|_| "control plane start panicked".to_string())
+                    .and_then(|r| r.map_err(|e| format!("{e:#}")))
+                },
+                ControlPlane::stop,
+            )
             .map_err(anyhow::Error::msg)
     }
 

@@ -10,7 +10,6 @@ use anyhow::Context;
 use cp_api::{ConnectivityProxy, ServiceMapping};
 use kube::Client;
 use serde_json::Value;
-use tokio::sync::OnceCell;
 
 use crate::manifest;
 
@@ -76,9 +75,9 @@ pub async fn apply_our_crds(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Applies our CRDs once per process (into the shared control plane); panics if they do not apply.
+/// Applies our CRDs once per test group (into its shared control plane); panics if they do not apply.
 pub async fn install_our_crds(client: &Client) {
-    static DONE: OnceCell<()> = OnceCell::const_new();
+    static DONE: crate::group::Slot<()> = crate::group::Slot::new();
     DONE.get_or_init(|| async {
         apply_our_crds(client)
             .await

@@ -12,6 +12,7 @@ pub mod container;
 pub mod controller;
 pub mod fakes;
 pub mod fixtures;
+pub mod group;
 pub mod legacy;
 pub mod manifest;
 pub mod netns;

@@ -17,7 +17,7 @@ use std::fs;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -179,19 +179,22 @@ pub fn supported() -> Result<(), String> {
 }
 
 impl Cluster {
-    /// The cluster shared by every test of this test binary, started on first use.
+    /// The cluster shared by every test of this test group ([`crate::group`]), started on first use and
+    /// stopped when the next group starts.
     pub fn shared() -> anyhow::Result<Arc<Cluster>> {
-        static SHARED: OnceLock<Result<Arc<Cluster>, String>> = OnceLock::new();
+        static SHARED: crate::group::SyncSlot<Cluster> = crate::group::SyncSlot::new();
         SHARED
-            .get_or_init(|| {
-                std::thread::spawn(|| {
-                    Cluster::start_in(None, std::env::var_os("CP_KEEP_DIR").is_some())
-                })
-                .join()
-                .map_err(|_| "cluster start panicked".to_string())
-                .and_then(|r| r.map(Arc::new).map_err(|e| format!("{e:#}")))
-            })
-            .clone()
+            .get_or_start(
+                || {
+                    std::thread::spawn(|| {
+                        Cluster::start_in(None, std::env::var_os("CP_KEEP_DIR").is_some())
+                    })
+                    .join()
+                    .map_err(|_| "cluster start panicked".to_string())
+                    .and_then(|r| r.map_err(|e| format!("{e:#}")))
+                },
+                |c| c.cp.stop(),
+            )
             .map_err(anyhow::Error::msg)
     }
 

@@ -6,8 +6,6 @@
 
 use std::sync::Arc;
 
-use tokio::sync::OnceCell;
-
 use crate::ControlPlane;
 use crate::manifest;
 use crate::webhook::Webhook;
@@ -27,7 +25,7 @@ pub const ALICE: &str = "alice";
 /// privileged (cluster admins may override `spec.deployment`), plus RBAC for [`ALICE`] and the
 /// operator's ServiceAccount. Returns once the API server routes admission through it.
 pub async fn webhook() -> &'static Webhook {
-    static WEBHOOK: OnceCell<Webhook> = OnceCell::const_new();
+    static WEBHOOK: crate::group::Slot<Webhook> = crate::group::Slot::new();
     WEBHOOK
         .get_or_init(|| async {
             let cp = control_plane();

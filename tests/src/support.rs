@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tokio::sync::{Mutex, MutexGuard, OnceCell};
+use tokio::sync::{Mutex, MutexGuard};
 
 use crate::controller::ControllerProcess;
 use crate::fixtures::{self, install_our_crds};
@@ -52,7 +52,7 @@ pub async fn scenario() -> Env {
     install_istio(&admin).await;
     install_btp(&admin).await;
     set_domain(&admin, Some(DOMAIN)).await;
-    static CONTROLLER: OnceCell<ControllerProcess> = OnceCell::const_new();
+    static CONTROLLER: crate::group::Slot<ControllerProcess> = crate::group::Slot::new();
     let controller = CONTROLLER
         .get_or_init(|| async {
             ControllerProcess::start(

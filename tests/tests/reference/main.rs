@@ -438,31 +438,3 @@ fn default_cr_is_kyma_default_cr() {
         "manifests/default-cr.yaml differs from Kyma's default CR"
     );
 }
-
-#[test]
-fn upstream_legacy_config_imports() {
-    for f in [
-        "legacy-install/cp_cm.yaml",
-        "legacy-install/cp_cm_info.yaml",
-    ] {
-        assert!(!yaml_file(&reference(f)).is_empty(), "{f}");
-    }
-    let cm = yaml_file(&reference("legacy-install/cp_cm.yaml")).remove(0);
-    let info = yaml_file(&reference("legacy-install/cp_cm_info.yaml")).remove(0);
-    let info: BTreeMap<String, String> =
-        serde_json::from_value(info["data"].clone()).expect("info data");
-    let legacy = cm["data"]["connectivity-proxy-config.yml"]
-        .as_str()
-        .expect("config key");
-    let defaults = serde_json::json!({"servers": {"businessDataTunnel": {"externalHost": "auto-provision"}},
-        "subaccountId": "auto-provision", "subaccountSubdomain": "auto-provision"});
-    let (config, imported) = cp_controller::migration::import(&defaults, legacy, &info)
-        .expect("upstream legacy config imports");
-    assert!(!imported.is_empty(), "nothing imported");
-    let legacy: Value = serde_norway::from_str(legacy).expect("yaml");
-    assert_eq!(config["subaccountId"], legacy["subaccountId"]);
-    assert_eq!(
-        config["servers"]["businessDataTunnel"]["externalHost"],
-        legacy["servers"]["businessDataTunnel"]["externalHost"]
-    );
-}

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use cp_api::kinds::Kind;
 use cp_api::names;
-use cp_controller::desired::Kind;
 use cp_tests::controller::ControllerProcess;
 use cp_tests::fixtures::install_our_crds;
 use cp_tests::shared::control_plane;

@@ -347,7 +347,7 @@ async fn gardener_certificate_is_used_where_its_crd_exists() {
     let certs: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
         "istio-system",
-        &cp_controller::desired::Kind::GardenerCertificate.api_resource(),
+        &cp_api::kinds::Kind::GardenerCertificate.api_resource(),
     );
     let name = names::tls_secret_name("connectivity-proxy", "kyma-system");
     let cert = cp_tests::wait::until("a Gardener Certificate", Duration::from_secs(20), || {

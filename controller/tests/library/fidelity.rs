@@ -2,7 +2,6 @@
 //! strings YAML 1.1 reads as something else) is imported into the module's default CR, rendered as the
 //! operator renders `connectivity-proxy-config.yml`, and both files are read as YAML 1.1 (PyYAML, the
 //! way the Java proxy reads them): every key of the legacy file must read back the same.
-#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 

@@ -70,9 +70,13 @@ async fn migrate_plan_previews_and_a_blocker_stops_the_takeover_until_fixed() {
         .get("connectivity-proxy")
         .await
         .expect("sts");
+    // As the fixture has it: the reconciler's disclaimer, not the operator's label.
+    let labels = sts.metadata.labels.clone().unwrap_or_default();
+    let annotations = sts.metadata.annotations.clone().unwrap_or_default();
     assert!(
-        cp_controller::migration::is_legacy(&sts.metadata),
-        "the legacy StatefulSet was touched"
+        annotations.contains_key("reconciler.kyma-project.io/managed-by-reconciler-disclaimer")
+            && !labels.contains_key("app.kubernetes.io/managed-by"),
+        "the legacy StatefulSet was touched: {labels:?} {annotations:?}"
     );
     Api::<ValidatingWebhookConfiguration>::all(admin.clone())
         .get("webhook-secret")

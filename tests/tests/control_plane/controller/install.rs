@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
+use cp_api::kinds::Kind;
 use cp_api::{ConnectivityProxy, State};
-use cp_controller::desired::Kind;
 use cp_tests::controller::CONTROLLER_USER;
 use cp_tests::support::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};

@@ -3,7 +3,6 @@
 #![forbid(unsafe_code)]
 
 mod btp_mappings;
-mod ca_egress;
 mod honest_state;
 mod install;
 mod stolen_token;

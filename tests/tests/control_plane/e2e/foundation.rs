@@ -38,7 +38,7 @@ async fn every_fixture_crd_applies_and_is_served() {
         assert!(!applied.is_empty(), "{f} holds no objects");
     }
     // Each kind the operator writes is served at the version it uses.
-    for kind in cp_controller::desired::Kind::ALL {
+    for kind in cp_api::kinds::Kind::ALL {
         let ar = kind.api_resource();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         api.list(&Default::default())

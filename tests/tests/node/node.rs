@@ -1,0 +1,568 @@
+//! The module on a real node: the rendered bundle installed the way the module manager installs it
+//! (`kubectl apply --server-side`), the operator's pods run by kubelet + containerd from the images of
+//! `make images`, the proxy's StatefulSet run from the stand-in proxy image, the API server calling the
+//! webhook through its Service. Nothing in the harness marks anything ready.
+//!
+//! One cluster, one test: the steps build on each other (install, edit, disrupt, uninstall) and each
+//! failure names its step.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use cp_api::{ConnectivityProxy, State, names};
+use cp_tests::node::Cluster;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+
+const CR: &str = "connectivity-proxy";
+const WEBHOOK_PODS: &str = "app.kubernetes.io/name=connectivity-proxy-operator-webhook";
+const CONTROLLER_PODS: &str = "app.kubernetes.io/name=connectivity-proxy-operator-controller";
+
+async fn wait_cr_ready(cluster: &Cluster, timeout: Duration) -> anyhow::Result<ConnectivityProxy> {
+    let api: Api<ConnectivityProxy> =
+        Api::namespaced(cluster.cp.admin().await?, names::KYMA_SYSTEM);
+    cp_tests::wait::until(&format!("CR {CR} Ready"), timeout, || {
+        let api = api.clone();
+        async move {
+            let c = api.get(CR).await.map_err(|e| e.to_string())?;
+            let st = c.status.clone().unwrap_or_default();
+            let current = st.observed_generation == c.metadata.generation;
+            if st.state == Some(State::Ready) && current {
+                return Ok(Some(c));
+            }
+            let reasons: Vec<String> = st
+                .conditions
+                .iter()
+                .map(|c| format!("{}: {}", c.reason, c.message))
+                .collect();
+            Err(format!(
+                "{:?} (observed generation current: {current}) {:?} {reasons:?}\n{}",
+                st.state,
+                st.description,
+                cluster.pods_summary(names::KYMA_SYSTEM)
+            ))
+        }
+    })
+    .await
+}
+
+/// Pods matching `selector` in kyma-system that are Running and Ready (by their probes).
+async fn ready_pods(cluster: &Cluster, selector: &str) -> anyhow::Result<Vec<Pod>> {
+    let pods: Api<Pod> = Api::namespaced(cluster.cp.admin().await?, names::KYMA_SYSTEM);
+    Ok(pods
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            let st = p.status.clone().unwrap_or_default();
+            st.phase.as_deref() == Some("Running")
+                && st
+                    .conditions
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+        .collect())
+}
+
+fn pod_name(p: &Pod) -> String {
+    p.metadata.name.clone().unwrap_or_default()
+}
+
+/// The last configuration the stand-in proxy logged it read (as the proxy reads it: YAML 1.1).
+fn standin_config(cluster: &Cluster, pod: &str) -> anyhow::Result<serde_json::Value> {
+    let log = cluster.kubectl_run(&[
+        "logs",
+        "-n",
+        names::KYMA_SYSTEM,
+        pod,
+        "-c",
+        "connectivity-proxy",
+    ])?;
+    log.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v.get("config").is_some())
+        .map(|v| v["config"].clone())
+        .with_context(|| format!("no configuration line in the stand-in's log:\n{log}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn module_on_a_real_node() -> anyhow::Result<()> {
+    let cluster = Cluster::shared()?;
+    cluster
+        .prepare_kyma()
+        .await
+        .context("step: prepare the cluster")?;
+    let before = inventory(&cluster)?;
+    install(&cluster).await.context("step: install")?;
+    webhook_through_its_service(&cluster)
+        .await
+        .context("step: the webhook through its Service")?;
+    edit_reaches_the_proxy(&cluster, 20010)
+        .await
+        .context("step: an edit reaches the proxy")?;
+    controller_pod_replaced(&cluster)
+        .await
+        .context("step: the controller pod replaced")?;
+    webhook_pod_deleted_under_load(&cluster)
+        .await
+        .context("step: a webhook pod deleted under load")?;
+    uninstall(&cluster, &before)
+        .await
+        .context("step: uninstall")?;
+    Ok(())
+}
+
+/// Every object in the cluster (`kind/namespace/name`) but Events and the node's own heartbeat and
+/// registration objects.
+fn inventory(cluster: &Cluster) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let kinds: Vec<String> = cluster
+        .kubectl_run(&["api-resources", "--verbs=list,delete", "-o", "name"])?
+        .lines()
+        .filter(|k| !k.starts_with("events") && !k.is_empty())
+        .map(String::from)
+        .collect();
+    let out = cluster.kubectl_run(&[
+        "get",
+        &kinds.join(","),
+        "-A",
+        "-o",
+        r#"jsonpath={range .items[*]}{.kind}/{.metadata.namespace}/{.metadata.name}{"\n"}{end}"#,
+    ])?;
+    Ok(out
+        .lines()
+        .filter(|l| !l.is_empty())
+        .filter(|l| !l.starts_with("Lease/kube-node-lease/") && !l.starts_with("Node/"))
+        .map(String::from)
+        .collect())
+}
+
+/// The module manager's install, then the default CR Ready with every pod Running and Ready by its
+/// probes, under Pod Security `restricted`.
+async fn install(cluster: &Cluster) -> anyhow::Result<()> {
+    cluster.install_bundle().await?;
+    cluster.apply_default_cr().await?;
+    // The default 64000 open files exceed this node's hard limit (20000): the proxy's init container
+    // must fail as it would on such a node, and the CR must not be Ready.
+    let admin = cluster.cp.admin().await?;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    let failed_init = cp_tests::wait::until(
+        "the proxy's init container failing at ulimit -n 64000",
+        Duration::from_secs(120),
+        || {
+            let pods = pods.clone();
+            async move {
+                let Some(p) = pods
+                    .get_opt("connectivity-proxy-0")
+                    .await
+                    .map_err(|e| e.to_string())?
+                else {
+                    return Err("no proxy pod yet".into());
+                };
+                let st = p.status.unwrap_or_default();
+                let init = st.init_container_statuses.unwrap_or_default();
+                let failed = init.iter().find(|c| {
+                    c.last_state
+                        .as_ref()
+                        .and_then(|s| s.terminated.as_ref())
+                        .is_some_and(|t| t.exit_code != 0)
+                        || c.state
+                            .as_ref()
+                            .and_then(|s| s.terminated.as_ref())
+                            .is_some_and(|t| t.exit_code != 0)
+                });
+                Ok(failed.map(|c| c.name.clone()))
+            }
+        },
+    )
+    .await?;
+    assert_eq!(failed_init, "init-fd-limit");
+    // The CR says so, naming the field and the fix.
+    let cr: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    let warning = cp_tests::wait::until(
+        "the CR in Warning ProxyPodFailing",
+        Duration::from_secs(60),
+        || {
+            let cr = cr.clone();
+            async move {
+                let st = cr
+                    .get(CR)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status
+                    .unwrap_or_default();
+                let failing = st
+                    .conditions
+                    .iter()
+                    .find(|c| c.reason == "ProxyPodFailing")
+                    .cloned();
+                match (st.state, failing) {
+                    (Some(State::Warning), Some(c)) => Ok(Some(c.message)),
+                    (state, _) => Err(format!("{state:?} {:?}", st.description)),
+                }
+            }
+        },
+    )
+    .await?;
+    assert!(
+        warning.contains("init-fd-limit")
+            && warning.contains("spec.deployment.resources.maxFileDescriptorCount")
+            && warning.contains("64000"),
+        "{warning}"
+    );
+
+    cluster.fit_fd_limit_to_node(CR).await?;
+    wait_cr_ready(cluster, Duration::from_secs(180)).await?;
+
+    let webhooks = ready_pods(cluster, WEBHOOK_PODS).await?;
+    let controllers = ready_pods(cluster, CONTROLLER_PODS).await?;
+    let proxies = ready_pods(cluster, "app=connectivity-proxy").await?;
+    assert_eq!(
+        webhooks.len(),
+        2,
+        "{}",
+        cluster.pods_summary(names::KYMA_SYSTEM)
+    );
+    assert_eq!(
+        controllers.len(),
+        1,
+        "{}",
+        cluster.pods_summary(names::KYMA_SYSTEM)
+    );
+    assert_eq!(
+        proxies.len(),
+        1,
+        "{}",
+        cluster.pods_summary(names::KYMA_SYSTEM)
+    );
+
+    // Pod Security admission enforces `restricted` on kyma-system and admitted all of them; a pod
+    // that breaks it is refused there (so the enforcement is on, not just labelled).
+    let ns: Api<Namespace> = Api::all(admin.clone());
+    let labels = ns
+        .get(names::KYMA_SYSTEM)
+        .await?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("pod-security.kubernetes.io/enforce")
+            .map(String::as_str),
+        Some("restricted")
+    );
+    let root_pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "psa-probe"},
+        "spec": {"containers": [{"name": "c", "image": "localhost/cp-node-busybox:0.1.0"}]}
+    }))?;
+    let refused = pods
+        .create(
+            &kube::api::PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &root_pod,
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("restricted")),
+        "a pod violating restricted was not refused: {refused:?}"
+    );
+
+    // The proxy read its configuration and the service key the stand-in BTP operator issued, as the
+    // values of the CR.
+    let config = standin_config(cluster, &pod_name(&proxies[0]))?;
+    assert_eq!(
+        config["servers"]["businessDataTunnel"]["externalHost"],
+        format!("cp.{}", cp_tests::node::CLUSTER_DOMAIN)
+    );
+    assert_eq!(
+        config["subaccountId"],
+        cp_tests::node::standin_service_key()["subaccount_id"]
+    );
+    Ok(())
+}
+
+/// A user's edit of a protected field goes API server → webhook Service → a webhook pod, and is
+/// refused with the webhook's message.
+async fn webhook_through_its_service(cluster: &Cluster) -> anyhow::Result<()> {
+    let out = cluster
+        .kubectl()?
+        .args([
+            "patch",
+            "cp",
+            CR,
+            "-n",
+            names::KYMA_SYSTEM,
+            "--type",
+            "merge",
+            "--as",
+            "jane@example.com",
+            "--as-group",
+            "system:masters",
+            "-p",
+            r#"{"spec":{"deployment":{"replicaCount":3}}}"#,
+        ])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    anyhow::ensure!(!out.status.success(), "a protected edit was admitted");
+    anyhow::ensure!(
+        stderr.contains("spec.deployment") && stderr.contains("denied the request"),
+        "not the webhook's refusal: {stderr}"
+    );
+    Ok(())
+}
+
+/// A CR edit reaches the running proxy: the controller renders it, the pods roll, the stand-in reads the
+/// new port and listens on it (Ready again).
+async fn edit_reaches_the_proxy(cluster: &Cluster, port: i64) -> anyhow::Result<()> {
+    let admin = cluster.cp.admin().await?;
+    let cr: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    cr.patch(
+        CR,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": port}}}}}})),
+    )
+    .await?;
+    wait_cr_ready(cluster, Duration::from_secs(180)).await?;
+    let sts: Api<StatefulSet> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    cp_tests::wait::until(
+        &format!("the proxy pod listening on {port}"),
+        Duration::from_secs(180),
+        || {
+            let (sts, pods) = (sts.clone(), pods.clone());
+            async move {
+                let s = sts
+                    .get(names::STATEFULSET)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let st = s.status.unwrap_or_default();
+                if st.update_revision != st.current_revision || st.ready_replicas.unwrap_or(0) < 1 {
+                    return Err(format!("rolling: {st:?}"));
+                }
+                let p = pods
+                    .get("connectivity-proxy-0")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let config =
+                    standin_config(cluster, &pod_name(&p)).map_err(|e| format!("{e:#}"))?;
+                Ok((config["servers"]["proxy"]["http"]["port"] == port).then_some(()))
+            }
+        },
+    )
+    .await
+}
+
+/// Deleting the controller's pod: the Deployment's new pod takes the Lease and applies the next edit.
+async fn controller_pod_replaced(cluster: &Cluster) -> anyhow::Result<()> {
+    let admin = cluster.cp.admin().await?;
+    let old = ready_pods(cluster, CONTROLLER_PODS).await?;
+    let old_name = pod_name(old.first().context("no controller pod")?);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    pods.delete(&old_name, &DeleteParams::default()).await?;
+    let new_name = cp_tests::wait::until(
+        "a new controller pod Ready",
+        Duration::from_secs(120),
+        || async {
+            let ready = ready_pods(cluster, CONTROLLER_PODS)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(ready.iter().map(pod_name).find(|n| *n != old_name))
+        },
+    )
+    .await?;
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    cp_tests::wait::until(
+        "the new pod holding the Lease",
+        Duration::from_secs(60),
+        || {
+            let (leases, new_name) = (leases.clone(), new_name.clone());
+            async move {
+                let list = leases
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let holders: Vec<String> = list
+                    .items
+                    .iter()
+                    .filter_map(|l| l.spec.as_ref()?.holder_identity.clone())
+                    .collect();
+                Ok(holders
+                    .iter()
+                    .any(|h| h.contains(&new_name))
+                    .then_some(())
+                    .or_else(|| {
+                        tracing::info!(?holders, "not yet");
+                        None
+                    }))
+            }
+        },
+    )
+    .await?;
+    edit_reaches_the_proxy(cluster, 20011).await
+}
+
+/// One webhook pod deleted while admissions run, from before the delete until after the pod is gone and
+/// out of the Service's endpoints (at least 200 in all): none fails (two replicas, a PDB, readiness off
+/// before the server stops).
+async fn webhook_pod_deleted_under_load(cluster: &Cluster) -> anyhow::Result<()> {
+    let admin = cluster.cp.admin().await?;
+    let webhooks = ready_pods(cluster, WEBHOOK_PODS).await?;
+    anyhow::ensure!(
+        webhooks.len() == 2,
+        "{}",
+        cluster.pods_summary(names::KYMA_SYSTEM)
+    );
+    let victim = pod_name(&webhooks[0]);
+    let victim_ip = webhooks[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .context("webhook pod without an IP")?;
+    let cr: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (ok, stop) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let mut workers = Vec::new();
+    for w in 0..4i64 {
+        let (cr, failures, ok, stop) = (cr.clone(), failures.clone(), ok.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let mut i = 0i64;
+            while !stop.load(Ordering::SeqCst) {
+                // A server-side dry run goes through both webhooks and stores nothing.
+                let patch = serde_json::json!({"spec": {"config": {"servers": {"proxy": {"socks5": {"port": 20100 + w * 1000 + i % 1000}}}}}});
+                let params = PatchParams { dry_run: true, ..Default::default() };
+                match cr.patch(CR, &params, &Patch::Merge(&patch)).await {
+                    Ok(_) => {
+                        ok.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) => {
+                        if let Ok(mut f) = failures.lock() {
+                            f.push(e.to_string());
+                        }
+                    }
+                }
+                i += 1;
+            }
+        }));
+    }
+    let at_least = |n: usize, what: &'static str| {
+        let ok = ok.clone();
+        async move {
+            cp_tests::wait::until(what, Duration::from_secs(120), || {
+                let ok = ok.clone();
+                async move { Ok((ok.load(Ordering::SeqCst) >= n).then_some(())) }
+            })
+            .await
+        }
+    };
+    at_least(50, "50 admissions before the delete").await?;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    pods.delete(&victim, &DeleteParams::default()).await?;
+    let slices: Api<EndpointSlice> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    cp_tests::wait::until(
+        "the deleted pod gone and out of the webhook Service's endpoints",
+        Duration::from_secs(120),
+        || {
+            let (pods, slices, victim, victim_ip) = (
+                pods.clone(),
+                slices.clone(),
+                victim.clone(),
+                victim_ip.clone(),
+            );
+            async move {
+                let gone = pods
+                    .get_opt(&victim)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_none();
+                let listed =
+                    slices
+                        .list(&ListParams::default().labels(
+                            "kubernetes.io/service-name=connectivity-proxy-operator-webhook",
+                        ))
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .items
+                        .iter()
+                        .flat_map(|s| s.endpoints.iter().flatten())
+                        .any(|e| e.addresses.contains(&victim_ip));
+                Ok((gone && !listed).then_some(()))
+            }
+        },
+    )
+    .await?;
+    let after = ok.load(Ordering::SeqCst);
+    at_least(
+        (after + 50).max(200),
+        "50 admissions after the pod is gone, 200 in all",
+    )
+    .await?;
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.await?;
+    }
+    let failures = failures.lock().map(|f| f.clone()).unwrap_or_default();
+    let total = ok.load(Ordering::SeqCst) + failures.len();
+    assert!(
+        failures.is_empty(),
+        "{} of {total} admissions failed: {failures:?}",
+        failures.len()
+    );
+    println!("{total} admissions while webhook pod {victim} was deleted: none failed");
+    cluster
+        .wait_deployment_available(names::KYMA_SYSTEM, "connectivity-proxy-operator-webhook", 2)
+        .await
+}
+
+/// The CR deleted, then `kubectl delete -f` of the bundle: nothing of ours is left, nothing of the
+/// cluster's is gone.
+async fn uninstall(
+    cluster: &Cluster,
+    before: &std::collections::BTreeSet<String>,
+) -> anyhow::Result<()> {
+    let admin = cluster.cp.admin().await?;
+    let cr: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    cr.delete(CR, &DeleteParams::default()).await?;
+    cp_tests::wait::until("the CR gone", Duration::from_secs(120), || {
+        let cr = cr.clone();
+        async move {
+            Ok(cr
+                .get_opt(CR)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_none()
+                .then_some(()))
+        }
+    })
+    .await?;
+    let bundle = cp_tests::workspace_root().join("manifests/connectivity-proxy-operator.yaml");
+    cluster.kubectl_run(&["delete", "--wait=true", "-f", &bundle.display().to_string()])?;
+    cp_tests::wait::until(
+        "the cluster as before the install",
+        Duration::from_secs(120),
+        || async {
+            let now = inventory(cluster).map_err(|e| format!("{e:#}"))?;
+            let left: Vec<&String> = now.difference(before).collect();
+            let gone: Vec<&String> = before.difference(&now).collect();
+            if left.is_empty() && gone.is_empty() {
+                Ok(Some(()))
+            } else {
+                Err(format!("left behind: {left:?}; gone: {gone:?}"))
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
