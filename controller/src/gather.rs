@@ -258,9 +258,6 @@ async fn tunnel_and_ca(cr: &ConnectivityProxy, ctx: &Ctx, facts: &mut Facts) -> 
     Ok(())
 }
 
-/// Marks the Secret with the URL its CA was fetched from.
-pub const FETCHED_FROM: &str = "connectivityproxy.sap.com/fetched-from";
-
 /// The Connectivity service CA: fetched when the Secret is missing, was fetched from another URL, or
 /// was fetched more than [`crate::context::CA_REFRESH`] ago (the legacy reconciler refetched it on
 /// every run).
@@ -293,7 +290,7 @@ async fn connectivity_ca(
         .unwrap_or(false);
     let cached = live
         .filter(|_| fresh)
-        .filter(|s| s.annotations().get(FETCHED_FROM) == Some(&url))
+        .filter(|s| s.annotations().get(cp_api::keys::FETCHED_FROM_ANNOTATION) == Some(&url))
         .and_then(|s| {
             s.data
                 .get("data")?
@@ -343,6 +340,6 @@ async fn proxy_pod_problem(ctx: &Ctx, cr: &ConnectivityProxy, ns: &str) -> Optio
     let fd_limit = desired::effective_deployment(cr)
         .resources
         .and_then(|r| r.max_file_descriptor_count)
-        .unwrap_or(64000);
+        .unwrap_or(cp_api::defaults::MAX_FILE_DESCRIPTORS);
     crate::pods::problem(&pods.items, fd_limit)
 }

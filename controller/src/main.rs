@@ -210,7 +210,7 @@ async fn migrate_plan(namespace: &str, name: &str, output: &str) -> anyhow::Resu
                 .metadata
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(cp_controller::migration::TAKEOVER_ID_ANNOTATION))
+                .and_then(|a| a.get(cp_api::keys::TAKEOVER_ID_ANNOTATION))
                 .cloned()
                 .unwrap_or_else(|| "<takeover id>".into());
             (cr.spec, id)

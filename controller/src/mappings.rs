@@ -21,8 +21,7 @@ use crate::desired::Resolved;
 /// The aggregated ConfigMap must stay below the 1 MiB object limit; this leaves room for metadata.
 pub const MAX_CONFIGMAP_BYTES: usize = 1024 * 1024 - 64 * 1024;
 
-/// Annotation recording that the operator took a mapping over.
-pub const ADOPTED_ANNOTATION: &str = "connectivityproxy.sap.com/adopted-by";
+use cp_api::keys::ADOPTED_ANNOTATION;
 
 /// A mapping that is not published because an older one has the same key.
 #[derive(Clone, Debug, PartialEq)]

@@ -107,7 +107,7 @@ impl ModuleInfo {
     pub fn of(cr: &ConnectivityProxy, state: State, reason: &str) -> Self {
         let annotation = cr
             .annotations()
-            .get(crate::migration::MIGRATION_ANNOTATION)
+            .get(cp_api::keys::MIGRATION_ANNOTATION)
             .map(String::as_str);
         let proxy_version = cr
             .spec
@@ -345,7 +345,7 @@ mod tests {
         .expect("cr");
         if let Some(a) = annotation {
             cr.annotations_mut()
-                .insert(crate::migration::MIGRATION_ANNOTATION.into(), a.into());
+                .insert(cp_api::keys::MIGRATION_ANNOTATION.into(), a.into());
         }
         cr
     }

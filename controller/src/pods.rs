@@ -149,6 +149,7 @@ pub fn statefulset_ready(sts: &k8s_openapi::api::apps::v1::StatefulSet) -> Resul
 #[cfg(test)]
 mod tests {
     use super::problem;
+    const FD: i64 = cp_api::defaults::MAX_FILE_DESCRIPTORS;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
@@ -164,8 +165,8 @@ mod tests {
         let p = pod(json!({"phase": "Pending", "initContainerStatuses": [
             {"name": "init-fd-limit", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
              "state": {"waiting": {"reason": "PodInitializing"}}}]}));
-        assert_eq!(problem(&[p], 64000), None);
-        assert_eq!(problem(&[], 64000), None);
+        assert_eq!(problem(&[p], FD), None);
+        assert_eq!(problem(&[], FD), None);
     }
 
     #[test]
@@ -174,9 +175,9 @@ mod tests {
             {"name": "init-fd-limit", "image": "busybox", "imageID": "", "ready": false, "restartCount": 2,
              "state": {"waiting": {"reason": "CrashLoopBackOff"}},
              "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}));
-        let m = problem(&[p], 64000).expect("a problem");
+        let m = problem(&[p], FD).expect("a problem");
         assert!(m.contains("init-fd-limit failed (exit 1)"), "{m}");
-        assert!(m.contains("64000"), "{m}");
+        assert!(m.contains(&FD.to_string()), "{m}");
         assert!(
             m.contains("spec.deployment.resources.maxFileDescriptorCount"),
             "{m}"
@@ -189,7 +190,7 @@ mod tests {
         let pull = pod(json!({"containerStatuses": [
             {"name": "connectivity-proxy", "image": "example.org/cp:1", "imageID": "", "ready": false, "restartCount": 0,
              "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}));
-        let m = problem(&[pull], 64000).expect("a problem");
+        let m = problem(&[pull], FD).expect("a problem");
         assert!(
             m.contains("example.org/cp:1") && m.contains("ImagePullBackOff"),
             "{m}"
@@ -198,7 +199,7 @@ mod tests {
             {"name": "connectivity-proxy", "image": "cp", "imageID": "", "ready": false, "restartCount": 4,
              "state": {"waiting": {"reason": "CrashLoopBackOff"}},
              "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}));
-        let m = problem(&[crash], 64000).expect("a problem");
+        let m = problem(&[crash], FD).expect("a problem");
         assert!(
             m.contains("exit 137") && m.contains("CrashLoopBackOff"),
             "{m}"
@@ -207,12 +208,12 @@ mod tests {
         let recovered = pod(json!({"containerStatuses": [
             {"name": "connectivity-proxy", "image": "cp", "imageID": "", "ready": false, "restartCount": 1,
              "state": {"running": {}}, "lastState": {"terminated": {"exitCode": 137}}}]}));
-        assert_eq!(problem(&[recovered], 64000), None);
+        assert_eq!(problem(&[recovered], FD), None);
         // Between back-offs of a crash loop (running, not ready, restarted twice) it still is.
         let looping = pod(json!({"containerStatuses": [
             {"name": "connectivity-proxy", "image": "cp", "imageID": "", "ready": false, "restartCount": 3,
              "state": {"running": {}}, "lastState": {"terminated": {"exitCode": 1}}}]}));
-        assert!(problem(&[looping], 64000).is_some_and(|m| m.contains("exit 1")));
+        assert!(problem(&[looping], FD).is_some_and(|m| m.contains("exit 1")));
     }
 
     #[test]
@@ -224,7 +225,7 @@ mod tests {
             "containerStatuses": [
             {"name": "connectivity-proxy", "image": "cp", "imageID": "", "ready": false, "restartCount": 0,
              "state": {"running": {}}}]}));
-        assert_eq!(problem(&[p], 64000), None);
+        assert_eq!(problem(&[p], FD), None);
     }
 
     #[test]
@@ -233,7 +234,7 @@ mod tests {
             json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
             "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient memory."}]}),
         );
-        let m = problem(&[p], 64000).expect("a problem");
+        let m = problem(&[p], FD).expect("a problem");
         assert!(m.contains("Insufficient memory"), "{m}");
     }
 }

@@ -53,14 +53,18 @@ pub fn defaults_id(defaults: &Value) -> String {
 /// The merge patch moving `spec.deployment` to `release` defaults, unless the CR already holds them.
 pub fn release_patch(cr: &ConnectivityProxy, release: &Value) -> Option<Value> {
     let id = defaults_id(release);
-    if cr.annotations().get(defaults::DEFAULTS_RELEASE_ANNOTATION) == Some(&id) {
+    if cr
+        .annotations()
+        .get(cp_api::keys::DEFAULTS_RELEASE_ANNOTATION)
+        == Some(&id)
+    {
         return None;
     }
     let current = serde_json::to_value(&cr.spec.deployment).unwrap_or(Value::Null);
     let mut deployment = release.clone();
     clear_missing(&current, &mut deployment);
     Some(json!({
-        "metadata": {"annotations": {defaults::DEFAULTS_RELEASE_ANNOTATION: id}},
+        "metadata": {"annotations": {cp_api::keys::DEFAULTS_RELEASE_ANNOTATION: id}},
         "spec": {"deployment": deployment},
     }))
 }

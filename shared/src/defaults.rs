@@ -7,9 +7,6 @@ use crate::cp::{CpuMemory, Deployment, Image, Resources, RestartWatcher};
 
 /// Version of the operator release these defaults belong to.
 pub const RELEASE: &str = env!("CARGO_PKG_VERSION");
-/// Annotation on the CR recording the release whose defaults `spec.deployment` holds.
-pub const DEFAULTS_RELEASE_ANNOTATION: &str =
-    "connectivityproxy.sap.com/deployment-defaults-release";
 
 /// Connectivity Proxy image of this release.
 pub const PROXY_REGISTRY: &str = "docker.io";
@@ -19,6 +16,10 @@ pub const PROXY_TAG: &str = "2.11.0";
 pub const UTILITY_REGISTRY: &str = "europe-docker.pkg.dev";
 pub const UTILITY_REPOSITORY: &str = "kyma-project/prod/external/library/busybox";
 pub const UTILITY_TAG: &str = "1.37.0";
+
+/// Open file descriptors the proxy gets (`spec.deployment.resources.maxFileDescriptorCount`) unless
+/// the CR says otherwise; the init container checks that the node allows it.
+pub const MAX_FILE_DESCRIPTORS: i64 = 64000;
 
 /// The complete `spec.deployment` of this release.
 pub fn deployment_defaults() -> Deployment {
@@ -41,7 +42,7 @@ pub fn deployment_defaults() -> Deployment {
         }),
         replica_count: Some(1),
         resources: Some(Resources {
-            max_file_descriptor_count: Some(64000),
+            max_file_descriptor_count: Some(MAX_FILE_DESCRIPTORS),
             limits: Some(CpuMemory {
                 cpu: "1000m".into(),
                 memory: "1024M".into(),

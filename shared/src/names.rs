@@ -13,25 +13,18 @@ pub const ISTIO_NAMESPACE: &str = "istio-system";
 
 /// Field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "connectivity-proxy-operator";
-/// The domain of the operator's own annotations: written by the operator or a privileged identity only.
-pub const OPERATOR_ANNOTATION_PREFIX: &str = "connectivityproxy.sap.com/";
 /// Finalizer on the ConnectivityProxy CR.
 pub const FINALIZER: &str = "connectivityproxy.sap.com/finalizer";
 
 /// The value that asks the operator to derive a field.
 pub const AUTO_PROVISION: &str = "auto-provision";
 
-// Labels on every managed object.
-pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY_VALUE: &str = "connectivity-proxy-operator";
-pub const LABEL_MODULE: &str = "kyma-project.io/module";
-pub const MODULE_VALUE: &str = "connectivity-proxy";
-
-// Legacy reconciler markers.
-pub const LEGACY_LABEL_MANAGED_BY: &str = "reconciler.kyma-project.io/managed-by";
-pub const LEGACY_MANAGED_BY_VALUE: &str = "reconciler";
-pub const LEGACY_DISCLAIMER_ANNOTATION: &str =
-    "reconciler.kyma-project.io/managed-by-reconciler-disclaimer";
+// Label and annotation keys are defined in [`crate::keys`]; these were always reachable here too.
+pub use crate::keys::{
+    ANNOTATION_APPLIED_HASH, APP_LABEL, LABEL_MANAGED_BY, LABEL_MODULE, LABEL_OWNER_NAME,
+    LABEL_OWNER_NAMESPACE, LEGACY_DISCLAIMER_ANNOTATION, LEGACY_LABEL_MANAGED_BY,
+    LEGACY_MANAGED_BY_VALUE, MANAGED_BY_VALUE, MODULE_VALUE, OPERATOR_ANNOTATION_PREFIX,
+};
 
 // Workload.
 pub const STATEFULSET: &str = "connectivity-proxy";
@@ -39,7 +32,6 @@ pub const SERVICE: &str = "connectivity-proxy";
 pub const SERVICE_TUNNEL: &str = "connectivity-proxy-tunnel";
 pub const SERVICE_TUNNEL_HEALTHCHECK: &str = "connectivity-proxy-tunnel-healthcheck";
 pub const PRIORITY_CLASS: &str = "connectivity-proxy-priority-class";
-pub const APP_LABEL: &str = "app";
 
 // Configuration.
 pub const CONFIGMAP_CONFIG: &str = "connectivity-proxy";
@@ -107,11 +99,6 @@ pub const WEBHOOK_SERVICE_ACCOUNT: &str = "connectivity-proxy-webhook";
 /// Secret (in the CR's namespace) with the operator's own CA for the business tunnel.
 pub const TUNNEL_CA_SECRET: &str = "connectivity-proxy-tunnel-ca";
 
-/// Labels recording which CR a managed object belongs to (owner references cannot cross namespaces).
-pub const LABEL_OWNER_NAME: &str = "connectivityproxy.sap.com/owner-name";
-pub const LABEL_OWNER_NAMESPACE: &str = "connectivityproxy.sap.com/owner-namespace";
-/// Annotation with the hash of the desired state last applied to an object.
-pub const ANNOTATION_APPLIED_HASH: &str = "connectivityproxy.sap.com/applied-hash";
 /// ConfigMap with the cluster's domain (Gardener).
 pub const SHOOT_INFO_NAMESPACE: &str = "kube-system";
 pub const SHOOT_INFO: &str = "shoot-info";

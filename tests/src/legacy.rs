@@ -96,18 +96,18 @@ async fn backup_of(admin: &Client, name: &str) -> k8s_openapi::api::core::v1::Co
         .expect("CR");
     let id = cr
         .annotations()
-        .get(cp_controller::migration::TAKEOVER_ID_ANNOTATION)
+        .get(cp_api::keys::TAKEOVER_ID_ANNOTATION)
         .cloned()
         .expect("takeover id on the CR");
     let backups: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(admin.clone(), cp_controller::migration::BACKUP_NAMESPACE);
+        Api::namespaced(admin.clone(), cp_api::keys::BACKUP_NAMESPACE);
     let b = backups
-        .get(&cp_controller::migration::plan::backup_name(name, &id))
+        .get(&cp_api::keys::backup_name(name, &id))
         .await
         .unwrap_or_else(|e| panic!("backup of {name} for takeover {id}: {e}"));
     assert_eq!(
         b.annotations()
-            .get(cp_controller::migration::BACKUP_OF_ANNOTATION)
+            .get(cp_api::keys::BACKUP_OF_ANNOTATION)
             .map(String::as_str),
         Some(format!("{NS}/{name}").as_str())
     );
@@ -195,12 +195,12 @@ pub async fn assert_taken_over(admin: &Client, before: &MappingSnapshot, http_po
     assert_eq!(cfg["servers"]["proxy"]["socks5"]["enabled"], true);
     let ann = cr.annotations();
     assert_eq!(
-        ann.get("connectivityproxy.sap.com/legacy-migration")
+        ann.get(cp_api::keys::MIGRATION_ANNOTATION)
             .map(String::as_str),
         Some("done")
     );
     assert!(
-        ann.contains_key("connectivityproxy.sap.com/legacy-config-imported"),
+        ann.contains_key(cp_api::keys::IMPORTED_ANNOTATION),
         "the import is recorded"
     );
 
@@ -299,15 +299,15 @@ pub type Step = (&'static str, fn(&ConnectivityProxy) -> bool);
 pub const STEPS: [Step; 3] = [
     ("migration started", |cr| {
         cr.annotations()
-            .contains_key(cp_controller::migration::MIGRATION_ANNOTATION)
+            .contains_key(cp_api::keys::MIGRATION_ANNOTATION)
     }),
     ("configuration imported", |cr| {
         cr.annotations()
-            .contains_key(cp_controller::migration::IMPORTED_ANNOTATION)
+            .contains_key(cp_api::keys::IMPORTED_ANNOTATION)
     }),
     ("migration done", |cr| {
         cr.annotations()
-            .get(cp_controller::migration::MIGRATION_ANNOTATION)
+            .get(cp_api::keys::MIGRATION_ANNOTATION)
             .map(String::as_str)
             == Some("done")
     }),

@@ -30,11 +30,10 @@ use crate::metrics::Metrics;
 pub mod tunnel;
 pub use tunnel::{Provider, TunnelCertSettings, provider};
 
-const CA_CREATED: &str = "connectivityproxy.sap.com/ca-created-at";
-const LEAF_SWITCHED: &str = "connectivityproxy.sap.com/leaf-switched-at";
-/// The operator's record of the CA it retired in a rotation: the SHA-256 fingerprint of
-/// `previous-ca.crt`. A `previous-ca.crt` without it (added by hand, or changed since) is not trusted.
-const PREVIOUS_CA_SHA256: &str = "connectivityproxy.sap.com/previous-ca-sha256";
+use cp_api::keys::{
+    CA_CREATED_ANNOTATION as CA_CREATED, LEAF_SWITCHED_ANNOTATION as LEAF_SWITCHED,
+    PREVIOUS_CA_SHA256_ANNOTATION as PREVIOUS_CA_SHA256,
+};
 
 pub(crate) fn text(data: &BTreeMap<String, k8s_openapi::ByteString>, key: &str) -> Option<String> {
     data.get(key)

@@ -331,7 +331,9 @@ fn pod_spec(cr: &ConnectivityProxy, d: &Deployment, resolved: &Resolved) -> PodS
     let image = d.image.clone().unwrap_or_default();
     let utility = d.utility_image.clone().unwrap_or_default();
     let resources = d.resources.clone().unwrap_or_default();
-    let fd = resources.max_file_descriptor_count.unwrap_or(64000);
+    let fd = resources
+        .max_file_descriptor_count
+        .unwrap_or(cp_api::defaults::MAX_FILE_DESCRIPTORS);
     // A user-named Secret is projected whole: one of the operator's own (the webhook CA's `ca.key`)
     // never is, even for a CR admitted before admission checked the name (resolve refuses it too).
     let auditlog = cr
@@ -394,14 +396,12 @@ pub(super) fn stateful_set(cr: &ConnectivityProxy, ns: &str, resolved: &Resolved
     let mut template_annotations = BTreeMap::new();
     if d.restart_watcher.as_ref().is_none_or(|r| r.enabled) {
         template_annotations.insert(
-            "connectivityproxy.sap.com/config-hash".to_string(),
+            cp_api::keys::CONFIG_HASH_ANNOTATION.to_string(),
             super::hash_str(&super::render_config(cr, resolved)),
         );
         if let Some(h) = &resolved.secrets_hash {
-            template_annotations.insert(
-                "connectivityproxy.sap.com/secrets-hash".to_string(),
-                h.clone(),
-            );
+            template_annotations
+                .insert(cp_api::keys::SECRETS_HASH_ANNOTATION.to_string(), h.clone());
         }
     }
     let mut pod_labels = names::managed_labels();

@@ -18,19 +18,15 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 pub use import::{ImportError, import};
-pub use plan::{BACKUP_NAMESPACE, Blocker, Plan};
+pub use plan::{Blocker, Plan};
 
 use crate::Error;
 use legacy::{Action, LEGACY_KINDS, LEGACY_SERVICE_KEY};
 
-/// CR annotation: `in-progress` or `done`.
-pub const MIGRATION_ANNOTATION: &str = "connectivityproxy.sap.com/legacy-migration";
-/// CR annotation recording the import of the legacy configuration (the imported field paths).
-pub const IMPORTED_ANNOTATION: &str = "connectivityproxy.sap.com/legacy-config-imported";
-/// CR annotation: the id of the current takeover, the suffix of its backups.
-pub const TAKEOVER_ID_ANNOTATION: &str = "connectivityproxy.sap.com/legacy-takeover-id";
-/// Annotation on a backup: `<namespace>/<name>` of the original.
-pub const BACKUP_OF_ANNOTATION: &str = "connectivityproxy.sap.com/backup-of";
+use cp_api::keys::{
+    BACKUP_NAMESPACE, BACKUP_OF_ANNOTATION, IMPORTED_ANNOTATION, MIGRATION_ANNOTATION,
+    TAKEOVER_ID_ANNOTATION,
+};
 
 /// Whether a StatefulSet was left by the legacy reconciler.
 pub fn is_legacy(meta: &kube::api::ObjectMeta) -> bool {
@@ -300,7 +296,7 @@ async fn take_over_mapping_crd(client: &Client) -> Result<(), Error> {
 /// Writes this takeover's backups of the live legacy ConfigMaps and the legacy service key, each once.
 async fn backup(client: &Client, ns: &str, id: &str, facts: &plan::Facts) -> Result<(), Error> {
     let meta = |name: &str, original: &str| {
-        json!({"name": plan::backup_name(name, id), "namespace": BACKUP_NAMESPACE, "labels": names::managed_labels(),
+        json!({"name": cp_api::keys::backup_name(name, id), "namespace": BACKUP_NAMESPACE, "labels": names::managed_labels(),
             "annotations": {BACKUP_OF_ANNOTATION: format!("{ns}/{original}"), TAKEOVER_ID_ANNOTATION: id}})
     };
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), BACKUP_NAMESPACE);
@@ -310,7 +306,7 @@ async fn backup(client: &Client, ns: &str, id: &str, facts: &plan::Facts) -> Res
         }
         let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name, name), "data": data});
         cms.patch(
-            &plan::backup_name(name, id),
+            &cp_api::keys::backup_name(name, id),
             &PatchParams::apply(names::FIELD_MANAGER),
             &Patch::Apply(&body),
         )
@@ -324,7 +320,7 @@ async fn backup(client: &Client, ns: &str, id: &str, facts: &plan::Facts) -> Res
     }
     if facts.legacy_service_key {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), BACKUP_NAMESPACE);
-        let backup_name = plan::backup_name(LEGACY_SERVICE_KEY, id);
+        let backup_name = cp_api::keys::backup_name(LEGACY_SERVICE_KEY, id);
         let exists = secrets
             .get_opt(&backup_name)
             .await

@@ -17,9 +17,7 @@ use super::import::import;
 use super::legacy::{Action, LEGACY_KINDS, LEGACY_SERVICE_KEY};
 use crate::Error;
 
-/// Where the legacy data is backed up: the module's namespace, the one namespace besides the Istio
-/// namespace where the controller may write (no namespace of its own: the token cannot create one).
-pub const BACKUP_NAMESPACE: &str = names::KYMA_SYSTEM;
+use cp_api::keys::{BACKUP_NAMESPACE, backup_name};
 
 /// A legacy object found in the cluster.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -117,11 +115,6 @@ pub struct Plan {
     pub left_alone: Vec<String>,
     /// What stops it.
     pub blockers: Vec<Blocker>,
-}
-
-/// Name of a backup of `name` for takeover `id`.
-pub fn backup_name(name: &str, id: &str) -> String {
-    format!("{name}-backup-{id}")
 }
 
 /// Whether an object carries the operator's managed-by label.
@@ -502,10 +495,7 @@ mod tests {
         )));
         assert!(marked(&meta(
             &[],
-            &[(
-                "reconciler.kyma-project.io/skip-rendering-on-upgrade",
-                "true"
-            )]
+            &[(cp_api::keys::LEGACY_SKIP_RENDERING_ANNOTATION, "true")]
         )));
         assert!(marked(&meta(
             &[

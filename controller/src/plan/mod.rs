@@ -13,8 +13,9 @@ use crate::cache::Key;
 use crate::certificates::tunnel::{self, Live, Tunnel};
 use crate::context::Settings;
 use crate::desired::{self, Desired, Kind, Resolved};
-use crate::gather::{ConnectivityCa, FETCHED_FROM, Facts};
+use crate::gather::{ConnectivityCa, Facts};
 use crate::status::{Computed, Cond, types};
+use cp_api::keys::FETCHED_FROM_ANNOTATION;
 
 /// After writing the CR itself, come back soon even if the watch never delivers that write (it can be
 /// lost when etcd restarts right after it).
@@ -158,7 +159,7 @@ fn admission(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings) -> Opti
     }
     let state = cr
         .annotations()
-        .get(crate::migration::MIGRATION_ANNOTATION)
+        .get(cp_api::keys::MIGRATION_ANNOTATION)
         .map(String::as_str);
     let migrating = !matches!(state, Some("done") | None) || facts.legacy_statefulset;
     migrating.then_some(Plan::Migrate)
@@ -423,7 +424,7 @@ fn connectivity_ca_object(
         ConnectivityCa::Known { url, pem } => {
             let body = desired::secret(
                 "Opaque",
-                Some([(FETCHED_FROM.to_string(), url.clone())].into()),
+                Some([(FETCHED_FROM_ANNOTATION.to_string(), url.clone())].into()),
                 [("cacert".to_string(), pem.clone().into_bytes())].into(),
             );
             let d = desired::object(cr, Kind::Secret, Some(&ns), &name, body);

@@ -42,7 +42,7 @@ fn mk_cr(spec: serde_json::Value) -> ConnectivityProxy {
         "kind": "ConnectivityProxy",
         "metadata": {"name": "connectivity-proxy", "namespace": "kyma-system", "uid": "u-1",
             "finalizers": [names::FINALIZER],
-            "annotations": {cp_api::defaults::DEFAULTS_RELEASE_ANNOTATION: id}},
+            "annotations": {cp_api::keys::DEFAULTS_RELEASE_ANNOTATION: id}},
         "spec": spec
     }))
     .expect("a valid CR");
@@ -535,7 +535,7 @@ fn a_legacy_installation_is_taken_over_first() {
         .annotations
         .get_or_insert_default()
         .insert(
-            crate::migration::MIGRATION_ANNOTATION.into(),
+            cp_api::keys::MIGRATION_ANNOTATION.into(),
             "in-progress".into(),
         );
     assert_eq!(run(&in_progress, &TestFacts::ready()), Plan::Migrate);
@@ -543,7 +543,7 @@ fn a_legacy_installation_is_taken_over_first() {
     done.metadata
         .annotations
         .get_or_insert_default()
-        .insert(crate::migration::MIGRATION_ANNOTATION.into(), "done".into());
+        .insert(cp_api::keys::MIGRATION_ANNOTATION.into(), "done".into());
     assert!(matches!(run(&done, &TestFacts::ready()), Plan::Install(_)));
 }
 

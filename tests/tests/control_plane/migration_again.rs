@@ -90,7 +90,7 @@ async fn shared_tenant_key_is_kept_and_a_second_takeover_imports_the_current_leg
         "not taken by the operator"
     );
     let backup_secrets: Api<Secret> =
-        Api::namespaced(admin.clone(), cp_controller::migration::BACKUP_NAMESPACE);
+        Api::namespaced(admin.clone(), cp_api::keys::BACKUP_NAMESPACE);
     let backed_up = backup_secrets
         .list(&ListParams::default())
         .await
@@ -207,8 +207,7 @@ async fn shared_tenant_key_is_kept_and_a_second_takeover_imports_the_current_leg
         spec["config"]["servers"]["proxy"]["socks5"]["enableProxyAuthorization"], true,
         "the current legacy value, not the first takeover's backup"
     );
-    let backups: Api<ConfigMap> =
-        Api::namespaced(admin.clone(), cp_controller::migration::BACKUP_NAMESPACE);
+    let backups: Api<ConfigMap> = Api::namespaced(admin.clone(), cp_api::keys::BACKUP_NAMESPACE);
     let configs: Vec<String> = backups
         .list(&ListParams::default())
         .await

@@ -75,7 +75,7 @@ async fn a_takeover_annotation_without_a_legacy_installation_deletes_nothing() {
     let mut cr = cp_tests::fixtures::default_connectivity_proxy("connectivity-proxy");
     cr.metadata.annotations = Some(
         [(
-            cp_controller::migration::MIGRATION_ANNOTATION.to_string(),
+            cp_api::keys::MIGRATION_ANNOTATION.to_string(),
             "in-progress".to_string(),
         )]
         .into(),
@@ -96,7 +96,7 @@ async fn a_takeover_annotation_without_a_legacy_installation_deletes_nothing() {
                     .map_err(|e| e.to_string())?;
                 let a = cr.annotations();
                 Ok((a
-                    .get(cp_controller::migration::MIGRATION_ANNOTATION)
+                    .get(cp_api::keys::MIGRATION_ANNOTATION)
                     .map(String::as_str)
                     == Some("done"))
                 .then_some(()))
@@ -128,7 +128,7 @@ async fn a_takeover_annotation_without_a_legacy_installation_deletes_nothing() {
     assert!(
         !after
             .annotations()
-            .contains_key(cp_controller::migration::IMPORTED_ANNOTATION),
+            .contains_key(cp_api::keys::IMPORTED_ANNOTATION),
         "nothing imported"
     );
 }

@@ -1,0 +1,121 @@
+//! Every annotation and label key the operator writes or reads, in one place.
+//!
+//! The operator's own keys live under [`OPERATOR_ANNOTATION_PREFIX`]; the webhook lets only the
+//! operator and privileged identities change them. Existing installations carry these keys, so they
+//! are part of the compatibility contract.
+
+/// The domain of the operator's own annotations: written by the operator or a privileged identity only.
+pub const OPERATOR_ANNOTATION_PREFIX: &str = "connectivityproxy.sap.com/";
+
+// Labels on every managed object.
+
+/// Label naming the manager of an object.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`LABEL_MANAGED_BY`] on the operator's objects.
+pub const MANAGED_BY_VALUE: &str = "connectivity-proxy-operator";
+/// Kyma's module label.
+pub const LABEL_MODULE: &str = "kyma-project.io/module";
+/// Value of [`LABEL_MODULE`].
+pub const MODULE_VALUE: &str = "connectivity-proxy";
+/// Label selecting the proxy's pods.
+pub const APP_LABEL: &str = "app";
+/// Labels recording which CR a managed object belongs to (owner references cannot cross namespaces).
+pub const LABEL_OWNER_NAME: &str = "connectivityproxy.sap.com/owner-name";
+/// See [`LABEL_OWNER_NAME`].
+pub const LABEL_OWNER_NAMESPACE: &str = "connectivityproxy.sap.com/owner-namespace";
+
+// Annotations on managed objects.
+
+/// Annotation with the hash of the desired state last applied to an object.
+pub const ANNOTATION_APPLIED_HASH: &str = "connectivityproxy.sap.com/applied-hash";
+/// Pod template annotation: hash of the rendered configuration (rolls the pods when it changes).
+pub const CONFIG_HASH_ANNOTATION: &str = "connectivityproxy.sap.com/config-hash";
+/// Pod template annotation: hash of the projected Secrets (rolls the pods when they change).
+pub const SECRETS_HASH_ANNOTATION: &str = "connectivityproxy.sap.com/secrets-hash";
+/// ServiceMapping annotation recording that the operator took a mapping over.
+pub const ADOPTED_ANNOTATION: &str = "connectivityproxy.sap.com/adopted-by";
+/// Marks the Connectivity CA Secret with the URL its CA was fetched from.
+pub const FETCHED_FROM_ANNOTATION: &str = "connectivityproxy.sap.com/fetched-from";
+/// Tunnel CA Secret: when the current CA was created.
+pub const CA_CREATED_ANNOTATION: &str = "connectivityproxy.sap.com/ca-created-at";
+/// Tunnel CA Secret: when the leaf switched to the current CA.
+pub const LEAF_SWITCHED_ANNOTATION: &str = "connectivityproxy.sap.com/leaf-switched-at";
+/// The operator's record of the CA it retired in a rotation: the SHA-256 fingerprint of
+/// `previous-ca.crt`. A `previous-ca.crt` without it (added by hand, or changed since) is not trusted.
+pub const PREVIOUS_CA_SHA256_ANNOTATION: &str = "connectivityproxy.sap.com/previous-ca-sha256";
+
+// Annotations on the CR.
+
+/// CR annotation recording the release whose defaults `spec.deployment` holds.
+pub const DEFAULTS_RELEASE_ANNOTATION: &str =
+    "connectivityproxy.sap.com/deployment-defaults-release";
+/// CR annotation: `in-progress` or `done`.
+pub const MIGRATION_ANNOTATION: &str = "connectivityproxy.sap.com/legacy-migration";
+/// CR annotation recording the import of the legacy configuration (the imported field paths).
+pub const IMPORTED_ANNOTATION: &str = "connectivityproxy.sap.com/legacy-config-imported";
+/// CR annotation: the id of the current takeover, the suffix of its backups.
+pub const TAKEOVER_ID_ANNOTATION: &str = "connectivityproxy.sap.com/legacy-takeover-id";
+
+// Legacy takeover backups.
+
+/// Annotation on a backup: `<namespace>/<name>` of the original.
+pub const BACKUP_OF_ANNOTATION: &str = "connectivityproxy.sap.com/backup-of";
+/// Where the legacy data is backed up: the module's namespace, the one namespace besides the Istio
+/// namespace where the controller may write (no namespace of its own: the token cannot create one).
+pub const BACKUP_NAMESPACE: &str = crate::names::KYMA_SYSTEM;
+
+/// Name of a backup of `name` for takeover `id`.
+pub fn backup_name(name: &str, id: &str) -> String {
+    format!("{name}-backup-{id}")
+}
+
+// Legacy reconciler markers (read, never written).
+
+/// The legacy reconciler's managed-by label.
+pub const LEGACY_LABEL_MANAGED_BY: &str = "reconciler.kyma-project.io/managed-by";
+/// Value of [`LEGACY_LABEL_MANAGED_BY`].
+pub const LEGACY_MANAGED_BY_VALUE: &str = "reconciler";
+/// The legacy reconciler's disclaimer annotation.
+pub const LEGACY_DISCLAIMER_ANNOTATION: &str =
+    "reconciler.kyma-project.io/managed-by-reconciler-disclaimer";
+/// The legacy reconciler's annotation that skips an object on upgrade.
+pub const LEGACY_SKIP_RENDERING_ANNOTATION: &str =
+    "reconciler.kyma-project.io/skip-rendering-on-upgrade";
+
+/// Every operator-owned key above (the legacy reconciler's are not the operator's).
+pub const OPERATOR_KEYS: [&str; 15] = [
+    LABEL_OWNER_NAME,
+    LABEL_OWNER_NAMESPACE,
+    ANNOTATION_APPLIED_HASH,
+    CONFIG_HASH_ANNOTATION,
+    SECRETS_HASH_ANNOTATION,
+    ADOPTED_ANNOTATION,
+    FETCHED_FROM_ANNOTATION,
+    CA_CREATED_ANNOTATION,
+    LEAF_SWITCHED_ANNOTATION,
+    PREVIOUS_CA_SHA256_ANNOTATION,
+    DEFAULTS_RELEASE_ANNOTATION,
+    MIGRATION_ANNOTATION,
+    IMPORTED_ANNOTATION,
+    TAKEOVER_ID_ANNOTATION,
+    BACKUP_OF_ANNOTATION,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operator_keys_are_distinct_and_in_the_operator_domain() {
+        let set: std::collections::BTreeSet<_> = OPERATOR_KEYS.iter().collect();
+        assert_eq!(set.len(), OPERATOR_KEYS.len());
+        for k in OPERATOR_KEYS {
+            assert!(k.starts_with(OPERATOR_ANNOTATION_PREFIX), "{k}");
+        }
+    }
+
+    #[test]
+    fn backup_names() {
+        assert_eq!(backup_name("cm", "abc"), "cm-backup-abc");
+    }
+}
