@@ -8,7 +8,7 @@ export CARGO_TERM_COLOR ?= never
 BIN := $(CARGO_TARGET_DIR)/debug
 
 .PHONY: all run run-cluster test lint fmt k8s-bins node-bins build manifests check-leaks soak fuzz bench go-peer \
-	preflight images check-reference print-target-dir deny audit release sbom
+	preflight images test-images check check-reference print-target-dir deny audit release sbom
 
 all: build
 
@@ -51,8 +51,17 @@ deny:
 audit:
 	@bash hack/cargo-deny.sh advisories
 
-## fmt + clippy + cargo-deny + unit tests + integration tests on a real local control plane.
-test: k8s-bins node-bins lint deny build images
+## The quick checks: fmt, clippy -D warnings, every unit test and every test that needs no API server,
+## no root and no release build (the offline packaging/release/standalone tests, the controller
+## library's tests, the YAML 1.1 writer against PyYAML).
+check: preflight
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo test --workspace --no-fail-fast --lib --bins --test offline --test library --test yaml11_pyyaml
+
+## fmt + clippy + cargo-deny + unit tests + integration tests on a real local control plane and a real
+## node (root), the node running images built with the test-image profile.
+test: k8s-bins node-bins lint deny build test-images
 	@bash hack/preflight.sh test >/dev/null
 	cargo test --workspace --no-fail-fast
 	@$(MAKE) --no-print-directory check-leaks
@@ -101,6 +110,11 @@ run: k8s-bins build
 ## Also the test node's images, never shipped: the stand-in proxy, busybox (the utility image), pause.
 images:
 	@bash hack/images.sh
+
+## The same images built with the test-image profile (Cargo.toml: no whole-program optimisation, so a
+## change relinks in seconds); what `make test` runs on its node. Never shipped.
+test-images:
+	@CP_IMAGE_PROFILE=test-image bash hack/images.sh
 
 ## The control plane plus a real node (containerd, kubelet, kube-proxy in a network namespace of its own;
 ## needs root), the module installed from the rendered bundle with kubectl as the module manager does, the

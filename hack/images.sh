@@ -22,13 +22,19 @@ registry=$(grep -A1 'pub const IMAGE_REGISTRY' shared/src/bundle.rs | grep -o '"
 [ -n "$version" ] && [ -n "$registry" ] || { echo "error: cannot read the version (Cargo.toml) or the image registry (shared/src/bundle.rs)" >&2; exit 1; }
 target=x86_64-unknown-linux-gnu
 target_dir=${CARGO_TARGET_DIR:-$root/target}
-echo ">> building static release binaries (the first release build, with whole-program optimisation, takes about 12 minutes on 2 cores)" >&2
-RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target "$target" \
+# CP_IMAGE_PROFILE=test-image (what `make test` uses) links without whole-program optimisation.
+profile=${CP_IMAGE_PROFILE:-release}
+if [ "$profile" = release ]; then
+  echo ">> building static release binaries (the first release build, with whole-program optimisation, takes about 12 minutes on 2 cores)" >&2
+else
+  echo ">> building static binaries with the $profile profile (not the shipped build: no whole-program optimisation)" >&2
+fi
+RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile "$profile" --locked --target "$target" \
   -p cp-webhook -p cp-controller -p cp-proxy-standin --bin cp-webhook --bin cp-controller --bin cp-proxy-standin >&2
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 for name in webhook controller; do
-  bin="$target_dir/$target/release/cp-$name"
+  bin="$target_dir/$target/$profile/cp-$name"
   rm -rf "${ctx:?}"/*
   cp "$bin" "$ctx/cp-$name"
   strip "$ctx/cp-$name" 2>/dev/null || true
@@ -37,6 +43,7 @@ for name in webhook controller; do
   buildah bud --quiet --layers=false -f "$root/$name/Containerfile" \
     --label "org.opencontainers.image.version=$version" \
     --label "org.opencontainers.image.title=cp-$name" \
+    --label "io.kyma-project.cp-operator.build-profile=$profile" \
     -t "$local_tag" -t "$registry/$name:$version" "$ctx" >/dev/null
   size=$(podman image inspect --format '{{.Size}}' "$local_tag")
   echo ">> $local_tag ($registry/$name:$version): $((size / 1024 / 1024)) MiB ($size bytes)" >&2
@@ -72,7 +79,7 @@ show_size() { # <local tag> <other tags...>
 # The stand-in for the SAP Connectivity Proxy (tests/standin-proxy): checks the mounted configuration
 # and service key, listens on the proxy's ports only while they read back.
 rm -rf "${ctx:?}"/*
-cp "$target_dir/$target/release/cp-proxy-standin" "$ctx/cp-proxy-standin"
+cp "$target_dir/$target/$profile/cp-proxy-standin" "$ctx/cp-proxy-standin"
 strip "$ctx/cp-proxy-standin" 2>/dev/null || true
 buildah bud --quiet --layers=false -f "$root/tests/standin-proxy/Containerfile" \
   --label "org.opencontainers.image.version=$version" \

@@ -437,3 +437,53 @@ fn release_script_refuses_bad_input() {
     }
     assert_eq!(workspace_version(), before, "the workspace version changed");
 }
+
+/// The shipped images keep whole-program optimisation: `make images`/`make release` build with the
+/// release profile (fat LTO, one codegen unit, stripped); `make test`'s images use the test-image
+/// profile, which inherits it and only links faster. A test image is labelled with its profile.
+#[test]
+fn release_profile_is_the_shipped_build_and_test_images_only_link_faster() {
+    let cargo = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let section = |name: &str| -> String {
+        let start = cargo
+            .find(&format!("[profile.{name}]\n"))
+            .unwrap_or_else(|| panic!("Cargo.toml has no [profile.{name}]"));
+        let body = &cargo[start..];
+        let body = &body[body.find('\n').map_or(0, |i| i + 1)..];
+        body.split("\n[").next().unwrap_or_default().to_string()
+    };
+    let release = section("release");
+    for line in ["lto = \"fat\"", "codegen-units = 1", "strip = true"] {
+        assert!(release.contains(line), "[profile.release] lost `{line}`");
+    }
+    let test_image = section("test-image");
+    assert!(
+        test_image.contains("inherits = \"release\""),
+        "[profile.test-image] must inherit the release profile"
+    );
+    let images = std::fs::read_to_string(root().join("hack/images.sh")).expect("hack/images.sh");
+    assert!(
+        images.contains("profile=${CP_IMAGE_PROFILE:-release}"),
+        "hack/images.sh must default to the release profile"
+    );
+    assert!(
+        images.contains("build-profile=$profile"),
+        "images carry their build profile as a label"
+    );
+    let makefile = std::fs::read_to_string(root().join("Makefile")).expect("Makefile");
+    let rule = |target: &str| -> String {
+        let start = makefile
+            .find(&format!("\n{target}:"))
+            .unwrap_or_else(|| panic!("Makefile has no {target} rule"));
+        makefile[start + 1..]
+            .split("\n\n")
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        !rule("images").contains("CP_IMAGE_PROFILE"),
+        "make images builds the release"
+    );
+    assert!(rule("test-images").contains("CP_IMAGE_PROFILE=test-image"));
+}
