@@ -1,11 +1,12 @@
 //! The Connectivity Proxy controller: installs and configures the proxy from the CR and reports an
-//! honest status. `main.rs` wires it up; everything else lives in modules by concern.
+//! honest status. `main.rs` parses the flags ([`cli`]) and [`runtime`] wires it up; everything else lives in modules by concern.
 #![forbid(unsafe_code)]
 
 pub mod apply;
 pub mod btp;
 pub mod cache;
 pub mod certificates;
+pub mod cli;
 pub mod connectivity_ca;
 pub mod context;
 pub mod deletion;
@@ -20,6 +21,7 @@ pub mod module_owner;
 pub mod plan;
 pub mod pods;
 pub mod reconcile;
+pub mod runtime;
 pub mod status;
 pub mod upgrade;
 

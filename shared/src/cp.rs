@@ -13,6 +13,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::defaults::config as C;
 use crate::status::ModuleStatus;
 
 /// Desired configuration of the Connectivity Proxy in this cluster.
@@ -45,11 +46,11 @@ pub struct ConnectivityProxySpec {
     pub deployment: Option<Deployment>,
     /// Ingress of the business data tunnel (Istio gateway or NGINX).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"className": "istio", "timeouts": {"proxy": {"connect": 20, "read": 120, "send": 120}}}))]
+    #[schemars(extend("default" = {"className": C::INGRESS_CLASS, "timeouts": {"proxy": {"connect": C::TIMEOUT_CONNECT, "read": C::TIMEOUT_READ, "send": C::TIMEOUT_SEND}}}))]
     pub ingress: Option<Ingress>,
     /// Secrets with service keys of the Connectivity and Audit Log services.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"integration": {"connectivityService": {"secretName": "connectivity-proxy-service-key"}}}))]
+    #[schemars(extend("default" = {"integration": {"connectivityService": {"secretName": crate::names::SECRET_SERVICE_KEY}}}))]
     pub secret_config: Option<SecretConfig>,
 }
 
@@ -59,21 +60,21 @@ pub struct ConnectivityProxySpec {
 pub struct Config {
     /// High-availability mode of the business data tunnel: `off`, `path` or `subdomain`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = "off", "pattern" = "^(off|path|subdomain)$", "enum" = ["off", "path", "subdomain"]))]
+    #[schemars(extend("default" = C::HIGH_AVAILABILITY_MODE, "pattern" = "^(off|path|subdomain)$", "enum" = ["off", "path", "subdomain"]))]
     pub high_availability_mode: Option<String>,
     /// Integration with the Connectivity and Audit Log services.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"auditlog": {"mode": "console"}, "connectivityService": {"serviceCredentialsKey": "service_key"}}))]
+    #[schemars(extend("default" = {"auditlog": {"mode": C::AUDITLOG_MODE}, "connectivityService": {"serviceCredentialsKey": C::SERVICE_CREDENTIALS_KEY}}))]
     pub integration: Option<Integration>,
     /// Multi-region mode: the proxy serves several regions, listed in a ConfigMap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"enabled": false}))]
+    #[schemars(extend("default" = {"enabled": C::MULTI_REGION_ENABLED}))]
     pub multi_region_mode: Option<MultiRegionMode>,
     /// Listening servers: the business data tunnel and the proxies.
     pub servers: Servers,
     /// Service channels: on-premise systems reaching cluster services through ServiceMappings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"enabled": true}))]
+    #[schemars(extend("default" = {"enabled": C::SERVICE_CHANNELS_ENABLED}))]
     pub service_channels: Option<ServiceChannels>,
     /// BTP subaccount id. `auto-provision` takes `subaccount_id` from the BTP service binding.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,7 +85,7 @@ pub struct Config {
     pub subaccount_subdomain: Option<String>,
     /// Tenant mode: `dedicated` (one subaccount, needs `subaccountId`) or `shared`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = "dedicated", "pattern" = "^(dedicated|shared)$", "enum" = ["dedicated", "shared"]))]
+    #[schemars(extend("default" = C::TENANT_MODE, "pattern" = "^(dedicated|shared)$", "enum" = ["dedicated", "shared"]))]
     pub tenant_mode: Option<String>,
 }
 
@@ -94,11 +95,11 @@ pub struct Config {
 pub struct Integration {
     /// Audit logging of the proxy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"mode": "console"}))]
+    #[schemars(extend("default" = {"mode": C::AUDITLOG_MODE}))]
     pub auditlog: Option<Auditlog>,
     /// Connectivity service credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"serviceCredentialsKey": "service_key"}))]
+    #[schemars(extend("default" = {"serviceCredentialsKey": C::SERVICE_CREDENTIALS_KEY}))]
     pub connectivity_service: Option<ConnectivityServiceIntegration>,
 }
 
@@ -108,7 +109,7 @@ pub struct Integration {
 pub struct Auditlog {
     /// Where audit logs go: `console` or `service` (the Audit Log service).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = "console", "pattern" = "^(console|service)$"))]
+    #[schemars(extend("default" = C::AUDITLOG_MODE, "pattern" = "^(console|service)$"))]
     pub mode: Option<String>,
     /// Key of the Audit Log service credentials inside their secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,7 +122,7 @@ pub struct Auditlog {
 pub struct ConnectivityServiceIntegration {
     /// Key of the Connectivity service credentials inside their secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = "service_key"))]
+    #[schemars(extend("default" = C::SERVICE_CREDENTIALS_KEY))]
     pub service_credentials_key: Option<String>,
 }
 
@@ -134,7 +135,7 @@ pub struct MultiRegionMode {
     pub config_map_name: Option<String>,
     /// Whether multi-region mode is on. Incompatible with service channels and dedicated tenant mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = false))]
+    #[schemars(extend("default" = C::MULTI_REGION_ENABLED))]
     pub enabled: Option<bool>,
 }
 
@@ -144,7 +145,7 @@ pub struct MultiRegionMode {
 pub struct ServiceChannels {
     /// Whether service channels (ServiceMappings) are served. Cannot be disabled while ServiceMappings exist.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = true))]
+    #[schemars(extend("default" = C::SERVICE_CHANNELS_ENABLED))]
     pub enabled: Option<bool>,
 }
 
@@ -173,7 +174,7 @@ pub struct BusinessDataTunnel {
     pub external_host: String,
     /// Public port of the tunnel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = 443, "minimum" = 1, "maximum" = 65535))]
+    #[schemars(extend("default" = C::EXTERNAL_PORT, "minimum" = 1, "maximum" = 65535))]
     pub external_port: Option<i32>,
 }
 
@@ -186,18 +187,18 @@ pub struct Proxies {
     pub authorization: Option<Authorization>,
     /// HTTP proxy (default port 20003).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"enableProxyAuthorization": false, "enabled": true, "port": 20003}))]
-    #[schemars(transform = port_default::<20003>)]
+    #[schemars(extend("default" = {"enableProxyAuthorization": C::PROXY_AUTHORIZATION, "enabled": C::PROXY_ENABLED, "port": C::HTTP_PORT}))]
+    #[schemars(transform = port_default::<{ C::HTTP_PORT as u16 }>)]
     pub http: Option<ProxyServer>,
     /// RFC and LDAP proxy (default port 20001).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"enableProxyAuthorization": false, "enabled": true, "port": 20001}))]
-    #[schemars(transform = port_default::<20001>)]
+    #[schemars(extend("default" = {"enableProxyAuthorization": C::PROXY_AUTHORIZATION, "enabled": C::PROXY_ENABLED, "port": C::RFC_AND_LDAP_PORT}))]
+    #[schemars(transform = port_default::<{ C::RFC_AND_LDAP_PORT as u16 }>)]
     pub rfc_and_ldap: Option<ProxyServer>,
     /// SOCKS5 proxy (default port 20004).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"enableProxyAuthorization": false, "enabled": true, "port": 20004}))]
-    #[schemars(transform = port_default::<20004>)]
+    #[schemars(extend("default" = {"enableProxyAuthorization": C::PROXY_AUTHORIZATION, "enabled": C::PROXY_ENABLED, "port": C::SOCKS5_PORT}))]
+    #[schemars(transform = port_default::<{ C::SOCKS5_PORT as u16 }>)]
     pub socks5: Option<ProxyServer>,
 }
 
@@ -237,11 +238,11 @@ pub struct ProxyServer {
     pub allow_remote_connections: Option<bool>,
     /// Require OAuth proxy authorization (then `authorization.oauth.allowedClientId` is required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = false))]
+    #[schemars(extend("default" = C::PROXY_AUTHORIZATION))]
     pub enable_proxy_authorization: Option<bool>,
     /// Whether this proxy runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = true))]
+    #[schemars(extend("default" = C::PROXY_ENABLED))]
     pub enabled: Option<bool>,
     /// Listening port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -339,14 +340,14 @@ pub struct Ingress {
     pub annotations: Option<BTreeMap<String, String>>,
     /// Ingress class: `istio` (default) or `nginx`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = "istio", "pattern" = "^(nginx|istio)$"))]
+    #[schemars(extend("default" = C::INGRESS_CLASS, "pattern" = "^(nginx|istio)$"))]
     pub class_name: Option<String>,
     /// Istio gateway settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub istio: Option<IstioIngress>,
     /// Proxy timeouts in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"proxy": {"connect": 20, "read": 120, "send": 120}}))]
+    #[schemars(extend("default" = {"proxy": {"connect": C::TIMEOUT_CONNECT, "read": C::TIMEOUT_READ, "send": C::TIMEOUT_SEND}}))]
     pub timeouts: Option<Timeouts>,
     /// TLS of the business data tunnel; required with className `istio`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -392,7 +393,7 @@ pub struct IstioTls {
 pub struct Timeouts {
     /// Proxy timeouts in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"connect": 20, "read": 120, "send": 120}))]
+    #[schemars(extend("default" = {"connect": C::TIMEOUT_CONNECT, "read": C::TIMEOUT_READ, "send": C::TIMEOUT_SEND}))]
     pub proxy: Option<ProxyTimeouts>,
 }
 
@@ -402,15 +403,15 @@ pub struct Timeouts {
 pub struct ProxyTimeouts {
     /// Connect timeout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = 10))]
+    #[schemars(extend("default" = C::TIMEOUT_CONNECT_FIELD))]
     pub connect: Option<i64>,
     /// Read timeout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = 120))]
+    #[schemars(extend("default" = C::TIMEOUT_READ))]
     pub read: Option<i64>,
     /// Send timeout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = 120))]
+    #[schemars(extend("default" = C::TIMEOUT_SEND))]
     pub send: Option<i64>,
 }
 
@@ -429,7 +430,7 @@ pub struct IngressTls {
 pub struct SecretConfig {
     /// Service key secrets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"connectivityService": {"secretName": "connectivity-proxy-service-key"}}))]
+    #[schemars(extend("default" = {"connectivityService": {"secretName": crate::names::SECRET_SERVICE_KEY}}))]
     pub integration: Option<SecretIntegration>,
 }
 
@@ -442,7 +443,7 @@ pub struct SecretIntegration {
     pub auditlog_service: Option<ServiceSecret>,
     /// Connectivity service key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"secretName": "connectivity-proxy-service-key"}))]
+    #[schemars(extend("default" = {"secretName": crate::names::SECRET_SERVICE_KEY}))]
     pub connectivity_service: Option<ConnectivityServiceSecret>,
 }
 
@@ -470,6 +471,6 @@ pub struct ConnectivityServiceSecret {
     /// Secret name (default `connectivity-proxy-service-key`). `auto-provision` creates a BTP
     /// ServiceInstance and ServiceBinding and takes the key from the binding's secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = "connectivity-proxy-service-key"))]
+    #[schemars(extend("default" = crate::names::SECRET_SERVICE_KEY))]
     pub secret_name: Option<String>,
 }

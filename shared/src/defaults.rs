@@ -98,6 +98,51 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Every default of `spec.config` in the generated CRD is [`config::spec_config`]'s: the schema,
+    /// the renderer and the legacy import read one source.
+    #[test]
+    fn the_crds_config_defaults_are_the_defaults_module() {
+        fn leaves(v: &serde_json::Value, path: String, out: &mut Vec<(String, serde_json::Value)>) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    for (k, v) in m {
+                        leaves(v, format!("{path}/{k}"), out);
+                    }
+                }
+                v => out.push((path, v.clone())),
+            }
+        }
+        fn walk(schema: &serde_json::Value, path: &str, checked: &mut usize) {
+            let Some(props) = schema.get("properties").and_then(|p| p.as_object()) else {
+                return;
+            };
+            for (name, prop) in props {
+                let here = format!("{path}/{name}");
+                if let Some(default) = prop.get("default") {
+                    let mut found = vec![];
+                    leaves(default, here.clone(), &mut found);
+                    for (leaf, value) in found {
+                        let ours = config::spec_config().pointer(&leaf).cloned();
+                        assert_eq!(
+                            ours.as_ref(),
+                            Some(&value),
+                            "the CRD defaults spec.config{leaf} to {value}; defaults::config::spec_config() has {ours:?}"
+                        );
+                        *checked += 1;
+                    }
+                }
+                walk(prop, &here, checked);
+            }
+        }
+        let crd = serde_json::to_value(crate::crds::all().remove(0)).expect("CRD as JSON");
+        let config = crd
+            .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/config")
+            .expect("spec.config in the CRD");
+        let mut checked = 0;
+        walk(config, "", &mut checked);
+        assert!(checked > 20, "only {checked} defaults checked");
+    }
+
     #[test]
     fn defaults_are_complete() {
         let d = deployment_defaults_json();
@@ -123,5 +168,91 @@ mod tests {
         assert_eq!(cur["image"]["registry"], PROXY_REGISTRY);
         let mut again = cur.clone();
         assert!(!fill_missing(&mut again, &deployment_defaults_json()));
+    }
+}
+
+/// `spec.config` and `spec.ingress` defaults: the one source of the CRD schema's `default`s
+/// ([`crate::cp`]), of the effective values the webhook validates and the controller renders
+/// (`ConnectivityProxySpec::tenant_mode` and the others), and of what the proxy's configuration file gets
+/// where the CR leaves a field out ([`config::rendered`]). The values are the existing module's.
+pub mod config {
+    /// `spec.config.highAvailabilityMode`.
+    pub const HIGH_AVAILABILITY_MODE: &str = "off";
+    /// `spec.config.tenantMode`.
+    pub const TENANT_MODE: &str = "dedicated";
+    /// `spec.config.multiRegionMode.enabled`.
+    pub const MULTI_REGION_ENABLED: bool = false;
+    /// `spec.config.serviceChannels.enabled`.
+    pub const SERVICE_CHANNELS_ENABLED: bool = true;
+    /// `spec.config.integration.auditlog.mode`.
+    pub const AUDITLOG_MODE: &str = "console";
+    /// `spec.config.integration.connectivityService.serviceCredentialsKey`.
+    pub const SERVICE_CREDENTIALS_KEY: &str = "service_key";
+    /// `spec.config.servers.businessDataTunnel.externalPort`.
+    pub const EXTERNAL_PORT: i32 = 443;
+    /// `spec.config.servers.proxy.http.port`.
+    pub const HTTP_PORT: i32 = 20003;
+    /// `spec.config.servers.proxy.rfcAndLdap.port`.
+    pub const RFC_AND_LDAP_PORT: i32 = 20001;
+    /// `spec.config.servers.proxy.socks5.port`.
+    pub const SOCKS5_PORT: i32 = 20004;
+    /// `spec.config.servers.proxy.*.enabled`.
+    pub const PROXY_ENABLED: bool = true;
+    /// `spec.config.servers.proxy.*.enableProxyAuthorization`.
+    pub const PROXY_AUTHORIZATION: bool = false;
+    /// `spec.ingress.className`.
+    pub const INGRESS_CLASS: &str = "istio";
+    /// `spec.ingress.timeouts.proxy.connect` where the whole `timeouts` object is defaulted.
+    pub const TIMEOUT_CONNECT: i64 = 20;
+    /// `spec.ingress.timeouts.proxy.connect` where only that field is missing: the existing module's
+    /// CRD defaults the field to 10 but the object to 20; kept for compatibility.
+    pub const TIMEOUT_CONNECT_FIELD: i64 = 10;
+    /// `spec.ingress.timeouts.proxy.read`.
+    pub const TIMEOUT_READ: i64 = 120;
+    /// `spec.ingress.timeouts.proxy.send`.
+    pub const TIMEOUT_SEND: i64 = 120;
+
+    /// Every `spec.config` default the CRD schema declares, as the object they make up (a CR value equal
+    /// to one of them was not chosen by the user: the API server filled it in).
+    pub fn spec_config() -> serde_json::Value {
+        use serde_json::json;
+        let proxy = |port: i32| json!({"enableProxyAuthorization": PROXY_AUTHORIZATION, "enabled": PROXY_ENABLED, "port": port});
+        let mut config = serde_json::Map::new();
+        for (key, value) in rendered() {
+            config.insert(key.to_string(), value);
+        }
+        config.insert(
+            "servers".into(),
+            json!({
+                "businessDataTunnel": {"externalPort": EXTERNAL_PORT},
+                "proxy": {
+                    "http": proxy(HTTP_PORT),
+                    "rfcAndLdap": proxy(RFC_AND_LDAP_PORT),
+                    "socks5": proxy(SOCKS5_PORT)
+                }
+            }),
+        );
+        serde_json::Value::Object(config)
+    }
+
+    /// The top-level `spec.config` fields the proxy's configuration file gets when the CR leaves them
+    /// out (the API server applies the same schema defaults on write; an object stored before them
+    /// may lack them).
+    pub fn rendered() -> [(&'static str, serde_json::Value); 5] {
+        use serde_json::json;
+        [
+            ("highAvailabilityMode", json!(HIGH_AVAILABILITY_MODE)),
+            ("tenantMode", json!(TENANT_MODE)),
+            (
+                "serviceChannels",
+                json!({"enabled": SERVICE_CHANNELS_ENABLED}),
+            ),
+            ("multiRegionMode", json!({"enabled": MULTI_REGION_ENABLED})),
+            (
+                "integration",
+                json!({"auditlog": {"mode": AUDITLOG_MODE},
+                       "connectivityService": {"serviceCredentialsKey": SERVICE_CREDENTIALS_KEY}}),
+            ),
+        ]
     }
 }

@@ -16,6 +16,7 @@ pub mod kinds;
 pub mod mapping;
 pub mod names;
 pub mod policy;
+pub mod reason;
 pub mod status;
 pub mod validation;
 pub mod yaml11;

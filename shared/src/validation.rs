@@ -98,7 +98,9 @@ impl Stored<'_> {
 }
 
 fn service_channels_enabled(channels: Option<&ServiceChannels>) -> bool {
-    channels.and_then(|s| s.enabled).unwrap_or(true)
+    channels
+        .and_then(|s| s.enabled)
+        .unwrap_or(crate::defaults::config::SERVICE_CHANNELS_ENABLED)
 }
 
 fn connectivity_secret(secret_config: Option<&SecretConfig>) -> (String, Option<String>) {
@@ -115,7 +117,10 @@ fn connectivity_secret(secret_config: Option<&SecretConfig>) -> (String, Option<
 impl ConnectivityProxySpec {
     /// Effective tenant mode (`dedicated` by default).
     pub fn tenant_mode(&self) -> &str {
-        self.config.tenant_mode.as_deref().unwrap_or("dedicated")
+        self.config
+            .tenant_mode
+            .as_deref()
+            .unwrap_or(crate::defaults::config::TENANT_MODE)
     }
 
     /// Whether service channels are enabled (default true).
@@ -129,7 +134,7 @@ impl ConnectivityProxySpec {
             .multi_region_mode
             .as_ref()
             .and_then(|m| m.enabled)
-            .unwrap_or(false)
+            .unwrap_or(crate::defaults::config::MULTI_REGION_ENABLED)
     }
 
     /// The Istio namespace (`spec.ingress.istio.namespace`, default `istio-system`): the tunnel's TLS
@@ -148,25 +153,29 @@ impl ConnectivityProxySpec {
         self.ingress
             .as_ref()
             .and_then(|i| i.class_name.as_deref())
-            .unwrap_or("istio")
+            .unwrap_or(crate::defaults::config::INGRESS_CLASS)
     }
 
     /// The three proxies with their field names and effective settings (schema defaults applied).
     pub fn proxies(&self) -> [(&'static str, ProxyServer); 3] {
+        use crate::defaults::config as C;
         let p = self.config.servers.proxy.clone().unwrap_or_default();
         let eff = |s: Option<ProxyServer>, port: i32| {
             let s = s.unwrap_or_default();
             ProxyServer {
                 allow_remote_connections: s.allow_remote_connections,
-                enable_proxy_authorization: Some(s.enable_proxy_authorization.unwrap_or(false)),
-                enabled: Some(s.enabled.unwrap_or(true)),
+                enable_proxy_authorization: Some(
+                    s.enable_proxy_authorization
+                        .unwrap_or(C::PROXY_AUTHORIZATION),
+                ),
+                enabled: Some(s.enabled.unwrap_or(C::PROXY_ENABLED)),
                 port: Some(s.port.unwrap_or(port)),
             }
         };
         [
-            ("http", eff(p.http, 20003)),
-            ("rfcAndLdap", eff(p.rfc_and_ldap, 20001)),
-            ("socks5", eff(p.socks5, 20004)),
+            ("http", eff(p.http, C::HTTP_PORT)),
+            ("rfcAndLdap", eff(p.rfc_and_ldap, C::RFC_AND_LDAP_PORT)),
+            ("socks5", eff(p.socks5, C::SOCKS5_PORT)),
         ]
     }
 
@@ -371,7 +380,7 @@ pub fn external_port(spec: &ConnectivityProxySpec) -> i32 {
         .servers
         .business_data_tunnel
         .external_port
-        .unwrap_or(443)
+        .unwrap_or(crate::defaults::config::EXTERNAL_PORT)
 }
 
 /// The operator's own Secrets: a user-chosen name may never point the controller at them.

@@ -50,6 +50,13 @@ impl Drop for Membership {
     fn drop(&mut self) {
         let mut t = lock();
         t.active = t.active.saturating_sub(1);
+        debug(|| {
+            format!(
+                "{:?} leaves (active {})",
+                std::thread::current().name(),
+                t.active
+            )
+        });
         turn().1.notify_all();
     }
 }
@@ -68,7 +75,16 @@ pub fn group_of(name: &str) -> Option<&str> {
 pub fn join() -> u64 {
     let thread = std::thread::current();
     let Some(group) = thread.name().and_then(group_of).map(str::to_string) else {
-        return lock().generation;
+        let t = lock();
+        debug(|| {
+            format!(
+                "{:?} (no test) in {:?} gen {}",
+                thread.name(),
+                t.current,
+                t.generation
+            )
+        });
+        return t.generation;
     };
     let joined = MEMBER.with(|m| m.borrow().as_ref().map(|(g, _)| g == &group));
     if joined == Some(true) {
@@ -80,6 +96,13 @@ pub fn join() -> u64 {
             break;
         }
         if t.active == 0 {
+            debug(|| {
+                format!(
+                    "{group} takes over from {:?} (gen {})",
+                    t.current,
+                    t.generation + 1
+                )
+            });
             let stops = std::mem::take(&mut t.stops);
             t.current = Some(group.clone());
             t.generation += 1;
@@ -97,10 +120,17 @@ pub fn join() -> u64 {
         };
     }
     t.active += 1;
+    debug(|| format!("{:?} joins {group} (active {})", thread.name(), t.active));
     let generation = t.generation;
     drop(t);
     MEMBER.with(|m| *m.borrow_mut() = Some((group, Membership)));
     generation
+}
+
+fn debug(msg: impl FnOnce() -> String) {
+    if std::env::var_os("CP_TEST_GROUP_DEBUG").is_some() {
+        eprintln!("[group] {}", msg());
+    }
 }
 
 /// Registers how to stop something the running group started (a control plane, a node): run when the
@@ -113,8 +143,11 @@ pub fn on_switch(stop: impl FnOnce() + Send + 'static) {
 /// its own kept in a `static`. The value lives as long as the process (it is a handle: what it names
 /// is stopped with its group).
 pub struct Slot<T: 'static> {
-    cells: Mutex<Vec<(u64, Arc<tokio::sync::OnceCell<&'static T>>)>>,
+    cells: Cells<tokio::sync::OnceCell<&'static T>>,
 }
+
+/// One cell per generation (only the current one is kept).
+type Cells<C> = Mutex<Vec<(u64, Arc<C>)>>;
 
 impl<T: Send + Sync + 'static> Slot<T> {
     /// An empty slot, for a `static`.
@@ -154,7 +187,13 @@ impl<T: Send + Sync + 'static> Default for Slot<T> {
 /// A value per group created synchronously (a control plane, a node): like [`Slot`], and the value's
 /// `stop` is registered with [`on_switch`].
 pub struct SyncSlot<T: 'static> {
-    cells: Mutex<Vec<(u64, Arc<OnceLock<Result<Arc<T>, String>>>)>>,
+    cells: Cells<OnceLock<Result<Arc<T>, String>>>,
+}
+
+impl<T: Send + Sync + 'static> Default for SyncSlot<T> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl<T: Send + Sync + 'static> SyncSlot<T> {

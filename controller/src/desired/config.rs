@@ -38,7 +38,8 @@ pub fn render_config(cr: &ConnectivityProxy, resolved: &Resolved) -> String {
         .get("externalPort")
         .is_none()
     {
-        cfg["servers"]["businessDataTunnel"]["externalPort"] = json!(443);
+        cfg["servers"]["businessDataTunnel"]["externalPort"] =
+            json!(cp_api::defaults::config::EXTERNAL_PORT);
     }
     let set_or_remove = |cfg: &mut Value, key: &str, v: &Option<String>| match v {
         Some(v) => cfg[key] = json!(v),
@@ -52,16 +53,7 @@ pub fn render_config(cr: &ConnectivityProxy, resolved: &Resolved) -> String {
         "subaccountSubdomain",
         &resolved.subaccount_subdomain,
     );
-    for (key, default) in [
-        ("highAvailabilityMode", json!("off")),
-        ("tenantMode", json!("dedicated")),
-        ("serviceChannels", json!({"enabled": true})),
-        ("multiRegionMode", json!({"enabled": false})),
-        (
-            "integration",
-            json!({"auditlog": {"mode": "console"}, "connectivityService": {"serviceCredentialsKey": "service_key"}}),
-        ),
-    ] {
+    for (key, default) in cp_api::defaults::config::rendered() {
         if cfg.get(key).is_none_or(Value::is_null) {
             cfg[key] = default;
         }

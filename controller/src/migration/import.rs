@@ -20,21 +20,7 @@ pub struct ImportError {
 /// The CRD's defaults of `spec.config`: a CR value equal to one of these was not chosen by the user
 /// (the API server filled it in), so the legacy value replaces it, as `auto-provision` is replaced.
 fn config_defaults() -> Value {
-    json!({
-        "highAvailabilityMode": "off",
-        "integration": {"auditlog": {"mode": "console"}, "connectivityService": {"serviceCredentialsKey": "service_key"}},
-        "multiRegionMode": {"enabled": false},
-        "serviceChannels": {"enabled": true},
-        "tenantMode": "dedicated",
-        "servers": {
-            "businessDataTunnel": {"externalPort": 443},
-            "proxy": {
-                "http": {"enableProxyAuthorization": false, "enabled": true, "port": 20003},
-                "rfcAndLdap": {"enableProxyAuthorization": false, "enabled": true, "port": 20001},
-                "socks5": {"enableProxyAuthorization": false, "enabled": true, "port": 20004}
-            }
-        }
-    })
+    cp_api::defaults::config::spec_config()
 }
 
 fn replaceable(current: Option<&Value>, default: Option<&Value>) -> bool {
