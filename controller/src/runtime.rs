@@ -51,12 +51,8 @@ pub async fn migrate_plan(namespace: &str, name: &str, output: &str) -> anyhow::
             (cr.spec, id)
         }
         None => (
-            serde_json::from_value(serde_json::json!({"config": {
-                "servers": {"businessDataTunnel": {"externalHost": names::AUTO_PROVISION}},
-                "subaccountId": names::AUTO_PROVISION, "subaccountSubdomain": names::AUTO_PROVISION},
-                "ingress": {"tls": {"secretName": names::AUTO_PROVISION}},
-                "secretConfig": {"integration": {"connectivityService": {"secretName": names::AUTO_PROVISION}}}}))
-            .context("the default CR")?,
+            serde_json::from_value(cp_api::defaults::kyma_default_spec())
+                .context("the default CR")?,
             "<takeover id>".to_string(),
         ),
     };

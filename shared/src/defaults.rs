@@ -171,6 +171,21 @@ mod tests {
     }
 }
 
+/// The module's default CR's spec (`manifests/default-cr.yaml`): every value the operator can derive is
+/// `auto-provision`. What `migrate-plan` assumes when the CR does not exist yet.
+pub fn kyma_default_spec() -> serde_json::Value {
+    use crate::names::AUTO_PROVISION;
+    serde_json::json!({
+        "config": {
+            "servers": {"businessDataTunnel": {"externalHost": AUTO_PROVISION}},
+            "subaccountId": AUTO_PROVISION,
+            "subaccountSubdomain": AUTO_PROVISION
+        },
+        "ingress": {"tls": {"secretName": AUTO_PROVISION}},
+        "secretConfig": {"integration": {"connectivityService": {"secretName": AUTO_PROVISION}}}
+    })
+}
+
 /// `spec.config` and `spec.ingress` defaults: the one source of the CRD schema's `default`s
 /// ([`crate::cp`]), of the effective values the webhook validates and the controller renders
 /// (`ConnectivityProxySpec::tenant_mode` and the others), and of what the proxy's configuration file gets

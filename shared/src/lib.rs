@@ -18,6 +18,8 @@ pub mod names;
 pub mod policy;
 pub mod reason;
 pub mod status;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod validation;
 pub mod yaml11;
 pub mod yaml11_types;

@@ -7,15 +7,7 @@ use crate::mapping::ServiceMappingSpec;
 use crate::validation::{ClusterFacts, Stored, parse_host_port, validate_mapping};
 
 fn base() -> serde_json::Value {
-    json!({
-        "config": {
-            "servers": {"businessDataTunnel": {"externalHost": "auto-provision"}},
-            "subaccountId": "auto-provision",
-            "subaccountSubdomain": "auto-provision"
-        },
-        "ingress": {"tls": {"secretName": "auto-provision"}},
-        "secretConfig": {"integration": {"connectivityService": {"secretName": "auto-provision"}}}
-    })
+    crate::testing::default_spec_json()
 }
 
 fn spec(v: serde_json::Value) -> ConnectivityProxySpec {

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use cp_api::{ConnectivityProxy, ServiceMapping};
+use cp_api::ConnectivityProxy;
 use kube::Client;
 use serde_json::Value;
 
@@ -109,12 +109,7 @@ pub fn default_connectivity_proxy(name: &str) -> ConnectivityProxy {
         .unwrap_or_else(|e| panic!("the default CR is not a ConnectivityProxy: {e}"))
 }
 
-/// A ServiceMapping named `name` with `spec` (JSON, e.g. `{"type": "TCP", "serviceId": ...}`).
-pub fn service_mapping(name: &str, spec: Value) -> ServiceMapping {
-    let spec = serde_json::from_value(spec.clone())
-        .unwrap_or_else(|e| panic!("ServiceMapping spec {spec}: {e}"));
-    ServiceMapping::new(name, spec)
-}
+pub use cp_api::testing::service_mapping;
 
 /// Applies fixture files (server-side) and waits for any CRDs among them to be established.
 pub async fn apply(client: &Client, files: &[&str], namespace: Option<&str>) -> anyhow::Result<()> {

@@ -93,20 +93,19 @@ pub fn join() -> u64 {
     let mut t = lock();
     loop {
         if t.current.as_deref() == Some(group.as_str()) {
+            t.active += 1;
             break;
         }
         if t.active == 0 {
-            debug(|| {
-                format!(
-                    "{group} takes over from {:?} (gen {})",
-                    t.current,
-                    t.generation + 1
-                )
-            });
             let stops = std::mem::take(&mut t.stops);
             t.current = Some(group.clone());
             t.generation += 1;
-            // Stopping takes seconds; nobody else may start meanwhile (they wait on `current`).
+            // This test is the group's first member before the lock is let go: a test of a third group
+            // arriving while the previous group's resources stop waits, rather than taking over.
+            t.active = 1;
+            debug(|| format!("{group} takes over (gen {})", t.generation));
+            // Stopping takes seconds; the group's other tests may join meanwhile but find nothing
+            // started (their slots are of the new generation).
             drop(t);
             for stop in stops.into_iter().rev() {
                 stop();
@@ -119,7 +118,6 @@ pub fn join() -> u64 {
             Err(poisoned) => poisoned.into_inner(),
         };
     }
-    t.active += 1;
     debug(|| format!("{:?} joins {group} (active {})", thread.name(), t.active));
     let generation = t.generation;
     drop(t);
@@ -244,7 +242,67 @@ fn cell_of<C: Default>(cells: &mut Vec<(u64, Arc<C>)>, generation: u64) -> Arc<C
 
 #[cfg(test)]
 mod tests {
-    use super::group_of;
+    use super::{group_of, join, on_switch};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// Tests of three groups arriving in any order, one group's stop taking a while: at no time do
+    /// tests of two groups run.
+    #[test]
+    fn groups_never_overlap_even_while_the_previous_one_stops() {
+        static RUNNING: Mutex<Vec<String>> = Mutex::new(Vec::new());
+        static OWNERS: Mutex<std::collections::BTreeMap<u64, String>> =
+            Mutex::new(std::collections::BTreeMap::new());
+        // (test, when it arrives in ms): g3's tests arrive while g2 stops what g1 started.
+        const ARRIVALS: [(&str, u64); 8] = [
+            ("g1::a", 0),
+            ("g1::b", 0),
+            ("g1::c", 2),
+            ("g2::a", 5),
+            ("g2::b", 10),
+            ("g3::a", 60),
+            ("g3::b", 90),
+            ("g3::c", 120),
+        ];
+        let threads: Vec<_> = ARRIVALS
+            .iter()
+            .map(|(name, at)| {
+                std::thread::Builder::new()
+                    .name(name.to_string())
+                    .spawn(move || {
+                        std::thread::sleep(Duration::from_millis(*at));
+                        let generation = join();
+                        let group = name.split("::").next().unwrap_or_default().to_string();
+                        {
+                            // A generation's slots are one group's: no other group may get it.
+                            let mut owners = OWNERS.lock().unwrap_or_else(|p| p.into_inner());
+                            let owner = owners.entry(generation).or_insert_with(|| group.clone());
+                            assert_eq!(
+                                *owner, group,
+                                "{name} got generation {generation} of {owner}"
+                            );
+                        }
+                        {
+                            let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+                            if let Some(other) = running.iter().find(|g| **g != group) {
+                                panic!("{name} runs while a test of {other} runs");
+                            }
+                            running.push(group.clone());
+                        }
+                        on_switch(|| std::thread::sleep(Duration::from_millis(50)));
+                        std::thread::sleep(Duration::from_millis(20));
+                        let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+                        if let Some(i) = running.iter().position(|g| *g == group) {
+                            running.remove(i);
+                        }
+                    })
+                    .expect("spawn")
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("no two groups ran at once");
+        }
+    }
 
     #[test]
     fn a_tests_group_is_the_first_segment_of_its_name() {

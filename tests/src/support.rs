@@ -39,8 +39,9 @@ pub struct Env {
 /// Takes this test's turn, makes sure the cluster is clean, Istio is installed and shoot-info has a
 /// domain, and that the controller runs.
 pub async fn scenario() -> Env {
-    let turn = SCENARIO.lock().await;
+    // The group's turn first (it may wait for another group to end), then the scenario's.
     let cp = control_plane();
+    let turn = SCENARIO.lock().await;
     let admin = cp.admin().await.expect("admin");
     install_our_crds(&admin).await;
     crate::cluster::ensure_namespace(&admin, NS)

@@ -16,15 +16,7 @@ fn cr(spec: serde_json::Value) -> ConnectivityProxy {
 }
 
 fn default_spec() -> serde_json::Value {
-    json!({
-        "config": {
-            "servers": {"businessDataTunnel": {"externalHost": "auto-provision"}},
-            "subaccountId": "auto-provision",
-            "subaccountSubdomain": "auto-provision"
-        },
-        "ingress": {"tls": {"secretName": "auto-provision"}},
-        "secretConfig": {"integration": {"connectivityService": {"secretName": "auto-provision"}}}
-    })
+    cp_api::testing::default_spec_json()
 }
 
 fn facts(domain: &str) -> ClusterFacts {

@@ -385,18 +385,7 @@ pub fn render_text(p: &Plan) -> String {
 mod tests {
     use super::*;
 
-    fn spec(json: Value) -> ConnectivityProxySpec {
-        serde_json::from_value(json).unwrap_or_else(|e| panic!("spec: {e}"))
-    }
-
-    fn default_spec() -> ConnectivityProxySpec {
-        spec(
-            serde_json::json!({"config": {"servers": {"businessDataTunnel": {"externalHost": "auto-provision"}},
-            "subaccountId": "auto-provision", "subaccountSubdomain": "auto-provision"},
-            "ingress": {"tls": {"secretName": "auto-provision"}},
-            "secretConfig": {"integration": {"connectivityService": {"secretName": "auto-provision"}}}}),
-        )
-    }
+    use cp_api::testing::default_spec;
 
     fn legacy_facts(config: &str) -> Facts {
         let mut f = Facts {

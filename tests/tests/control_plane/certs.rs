@@ -16,13 +16,13 @@ use cp_tests::webhook::{Webhook, metric};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use tokio::sync::{Mutex, OnceCell};
+use tokio::sync::Mutex;
 
 const DOMAIN: &str = "certs.kyma.example.com";
 static TURN: Mutex<()> = Mutex::const_new(());
 
 async fn controller() -> &'static ControllerProcess {
-    static C: OnceCell<ControllerProcess> = OnceCell::const_new();
+    static C: cp_tests::group::Slot<ControllerProcess> = cp_tests::group::Slot::new();
     C.get_or_init(|| async {
         let cp = control_plane();
         let admin = cp.admin().await.expect("admin");
