@@ -51,8 +51,16 @@ pub struct Cache {
 
 impl Cache {
     /// Starts one label-selected watch per managed kind and scope; each event wakes the owning CR
-    /// through `trigger`. A kind whose CRD is missing retries with backoff until it appears.
-    pub fn start(client: Client, crds: Store<CustomResourceDefinition>, trigger: Trigger) -> Self {
+    /// through `trigger`, and every (re)list wakes every CR in `proxies`: an object deleted while its
+    /// watch was not running (before the first list, or between a broken watch and its re-list) sends no
+    /// event, and would otherwise stay missing until the resync. A kind whose CRD is missing is watched
+    /// once the CRD appears.
+    pub fn start(
+        client: Client,
+        crds: Store<CustomResourceDefinition>,
+        proxies: Store<ConnectivityProxy>,
+        trigger: Trigger,
+    ) -> Self {
         let managed_cfg = watcher::Config::default().labels(&format!(
             "{}={}",
             names::LABEL_MANAGED_BY,
@@ -76,16 +84,18 @@ impl Cache {
                 };
                 let writer = reflector::store::Writer::new(ar.clone());
                 managed.insert((kind, ns), writer.as_reader());
-                let (cfg, trigger, crds, plural) = (
+                let (cfg, trigger, crds, proxies, plural) = (
                     managed_cfg.clone(),
                     trigger.clone(),
                     crds.clone(),
+                    proxies.clone(),
                     ar.plural.clone(),
                 );
                 tokio::spawn(async move {
                     // A kind whose CRD is not installed is not watched until it is (a watch would
                     // retry a failing LIST forever); the CRD store is in memory, so waiting costs
-                    // no requests.
+                    // no requests. Until the CRD store has listed, every CRD looks absent.
+                    let _ = crds.wait_until_ready().await;
                     while kind.crd().is_some_and(|c| crd_absent(&crds, c)) {
                         tokio::time::sleep(CRD_RECHECK).await;
                     }
@@ -93,12 +103,8 @@ impl Cache {
                         writer,
                         watcher(api, cfg).modify(|o| cp_api::slim_for_cache(o.meta_mut())),
                     )
-                    .default_backoff()
-                    .touched_objects();
-                    forward(events, trigger, plural, |o: &DynamicObject| {
-                        crate::desired::owner_of(o.labels())
-                    })
-                    .await
+                    .default_backoff();
+                    forward_managed(events, trigger, proxies, plural).await
                 });
             }
         }
@@ -436,6 +442,52 @@ pub fn typed<K: serde::de::DeserializeOwned>(o: &DynamicObject) -> Result<K, Err
 }
 
 /// Feeds the CR each event belongs to into the controller's trigger channel.
+/// Forwards a managed kind's watch events: an object's event wakes its owner CR ([`wakes`]).
+async fn forward_managed<S>(
+    events: S,
+    mut trigger: Trigger,
+    proxies: Store<ConnectivityProxy>,
+    what: String,
+) where
+    S: futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>,
+{
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(event) => {
+                let all = || {
+                    proxies
+                        .state()
+                        .iter()
+                        .map(|c| ObjectRef::from_obj(&**c))
+                        .collect()
+                };
+                for cr in wakes(&event, all) {
+                    if trigger.send(cr).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(kind = %what, error = %e, "watch of a cached kind"),
+        }
+    }
+}
+
+/// The CRs a managed kind's watch event wakes: the owner of an applied or deleted object; every CR
+/// (`all`) when a list completes, since what was deleted while the watch did not run sends no event.
+pub fn wakes(
+    event: &watcher::Event<DynamicObject>,
+    all: impl FnOnce() -> Vec<ObjectRef<ConnectivityProxy>>,
+) -> Vec<ObjectRef<ConnectivityProxy>> {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => {
+            crate::desired::owner_of(o.labels()).into_iter().collect()
+        }
+        watcher::Event::InitDone => all(),
+        watcher::Event::Init => vec![],
+    }
+}
+
 async fn forward<K, S, F>(events: S, mut trigger: Trigger, what: String, owner: F)
 where
     S: futures::Stream<Item = Result<K, watcher::Error>>,
@@ -459,6 +511,43 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A list that completes wakes every CR: an object deleted before the watch (re)listed sends no
+    /// event of its own (the drift test once waited 20 s for a PeerAuthentication for this reason).
+    #[test]
+    fn a_completed_list_wakes_every_cr_and_an_object_its_owner() {
+        let cr = |name: &str| ObjectRef::<ConnectivityProxy>::new(name).within(names::KYMA_SYSTEM);
+        let all = || vec![cr("a"), cr("b")];
+        assert_eq!(
+            wakes(&watcher::Event::InitDone, all),
+            vec![cr("a"), cr("b")]
+        );
+        assert!(wakes(&watcher::Event::Init, all).is_empty());
+        let mut owned = DynamicObject::new("x", &Kind::ConfigMap.api_resource());
+        owned.metadata.labels = Some(
+            [
+                (
+                    names::LABEL_MANAGED_BY.to_string(),
+                    names::MANAGED_BY_VALUE.to_string(),
+                ),
+                (
+                    names::LABEL_OWNER_NAMESPACE.to_string(),
+                    names::KYMA_SYSTEM.to_string(),
+                ),
+                (names::LABEL_OWNER_NAME.to_string(), "a".to_string()),
+            ]
+            .into(),
+        );
+        for event in [
+            watcher::Event::Apply(owned.clone()),
+            watcher::Event::Delete(owned.clone()),
+            watcher::Event::InitApply(owned.clone()),
+        ] {
+            assert_eq!(wakes(&event, all), vec![cr("a")]);
+        }
+        let foreign = DynamicObject::new("y", &Kind::ConfigMap.api_resource());
+        assert!(wakes(&watcher::Event::Delete(foreign), all).is_empty());
+    }
 
     fn listed(writer: &mut reflector::store::Writer<DynamicObject>) {
         writer.apply_watcher_event(&watcher::Event::Init);

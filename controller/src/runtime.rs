@@ -126,7 +126,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // read: kyma-system, istio-system, cluster scope), each event mapped to its CR through the owner
     // labels: drift anywhere is repaired within seconds, and a steady reconcile reads nothing but its CR.
     let (trigger, triggered) = futures::channel::mpsc::channel::<ObjectRef<ConnectivityProxy>>(256);
-    let cache = crate::cache::Cache::start(client.clone(), crds.clone(), trigger);
+    let cache = crate::cache::Cache::start(client.clone(), crds.clone(), proxies.clone(), trigger);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         applier: Applier::new(client.clone()),
