@@ -1,6 +1,7 @@
 //! Deletion: blocked while ServiceMappings exist, otherwise every managed object in every namespace
 //! and cluster scope is removed, then the finalizer.
 
+use cp_api::reason::Reason;
 use cp_api::{ConnectivityProxy, State, names};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -38,7 +39,7 @@ pub async fn reconcile_deletion(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Act
         let computed = Computed::blocked(
             State::Warning,
             vec![],
-            Cond::failed(types::INSTALLED, "DeletionBlockedByServiceMappings", msg),
+            Cond::failed(types::INSTALLED, Reason::DeletionBlockedByServiceMappings, msg),
         );
         status::write(ctx, cr, &computed).await?;
         // The mapping watch wakes us when they are gone; the resync is the fallback.
@@ -49,7 +50,7 @@ pub async fn reconcile_deletion(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Act
         vec![],
         Cond::failed(
             types::INSTALLED,
-            "Deleting",
+            Reason::Deleting,
             "removing every managed object",
         ),
     );

@@ -1,5 +1,6 @@
 //! Prometheus metrics of the controller.
 
+use cp_api::reason::Reason;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -72,13 +73,13 @@ impl Migration {
 
     /// From the CR's migration annotation and the reason of the status being written: the reason wins,
     /// since the CR passed along is the copy read before the step that changed the annotation.
-    pub fn of(annotation: Option<&str>, reason: &str) -> Self {
+    pub fn of(annotation: Option<&str>, reason: Reason) -> Self {
         match reason {
-            "LegacyMigrationBlocked" => return Migration::Blocked,
-            "LegacyMigrationDone" => return Migration::Done,
-            "LegacyInstallationDetected"
-            | "LegacyTakeoverIdRecorded"
-            | "LegacyConfigurationImported" => return Migration::InProgress,
+            Reason::LegacyMigrationBlocked => return Migration::Blocked,
+            Reason::LegacyMigrationDone => return Migration::Done,
+            Reason::LegacyInstallationDetected
+            | Reason::LegacyTakeoverIdRecorded
+            | Reason::LegacyConfigurationImported => return Migration::InProgress,
             _ => {}
         }
         match annotation {
@@ -104,7 +105,7 @@ pub struct ModuleInfo {
 
 impl ModuleInfo {
     /// From the CR as reconciled and the state and reason being written into its status.
-    pub fn of(cr: &ConnectivityProxy, state: State, reason: &str) -> Self {
+    pub fn of(cr: &ConnectivityProxy, state: State, reason: Reason) -> Self {
         let annotation = cr
             .annotations()
             .get(cp_api::keys::MIGRATION_ANNOTATION)
@@ -361,7 +362,7 @@ mod tests {
     #[test]
     fn module_info_renders_one_series_with_every_label() {
         let m = Metrics::new().expect("metrics");
-        let info = ModuleInfo::of(&cr(None, Some("2.11.0")), State::Ready, "StatefulSetReady");
+        let info = ModuleInfo::of(&cr(None, Some("2.11.0")), State::Ready, Reason::StatefulSetReady);
         m.set_module_info("kyma-system", "connectivity-proxy", &info);
         let lines = info_lines(&m);
         assert_eq!(lines.len(), 1, "{lines:?}");
@@ -387,17 +388,17 @@ mod tests {
         m.set_module_info(
             "kyma-system",
             "connectivity-proxy",
-            &ModuleInfo::of(&c, State::Processing, "StatefulSetNotReady"),
+            &ModuleInfo::of(&c, State::Processing, Reason::StatefulSetNotReady),
         );
         m.set_module_info(
             "kyma-system",
             "connectivity-proxy",
-            &ModuleInfo::of(&c, State::Ready, "StatefulSetReady"),
+            &ModuleInfo::of(&c, State::Ready, Reason::StatefulSetReady),
         );
         m.set_module_info(
             "kyma-system",
             "connectivity-proxy",
-            &ModuleInfo::of(&c, State::Ready, "StatefulSetReady"),
+            &ModuleInfo::of(&c, State::Ready, Reason::StatefulSetReady),
         );
         let lines = info_lines(&m);
         assert_eq!(lines.len(), 1, "{lines:?}");
@@ -406,7 +407,7 @@ mod tests {
         m.set_module_info(
             "default",
             "other",
-            &ModuleInfo::of(&c, State::Warning, "OutsideModuleNamespace"),
+            &ModuleInfo::of(&c, State::Warning, Reason::OutsideModuleNamespace),
         );
         assert_eq!(info_lines(&m).len(), 2);
     }
@@ -414,7 +415,7 @@ mod tests {
     #[test]
     fn forget_removes_the_module_info_series() {
         let m = Metrics::new().expect("metrics");
-        let info = ModuleInfo::of(&cr(None, Some("2.11.0")), State::Deleting, "Deleting");
+        let info = ModuleInfo::of(&cr(None, Some("2.11.0")), State::Deleting, Reason::Deleting);
         m.set_module_info("kyma-system", "connectivity-proxy", &info);
         m.set_module_info("default", "other", &info);
         m.forget("kyma-system", "connectivity-proxy");
@@ -429,36 +430,36 @@ mod tests {
 
     #[test]
     fn migration_phase_follows_the_reason_then_the_annotation() {
-        let phase = |a: Option<&str>, reason: &str| {
+        let phase = |a: Option<&str>, reason: Reason| {
             ModuleInfo::of(&cr(a, Some("2.11.0")), State::Processing, reason).migration
         };
-        assert_eq!(phase(None, "StatefulSetReady"), Migration::None);
+        assert_eq!(phase(None, Reason::StatefulSetReady), Migration::None);
         assert_eq!(
-            phase(None, "LegacyInstallationDetected"),
+            phase(None, Reason::LegacyInstallationDetected),
             Migration::InProgress
         );
         assert_eq!(
-            phase(Some("in-progress"), "LegacyConfigurationImported"),
+            phase(Some("in-progress"), Reason::LegacyConfigurationImported),
             Migration::InProgress
         );
         assert_eq!(
-            phase(Some("in-progress"), "LegacyMigrationBlocked"),
+            phase(Some("in-progress"), Reason::LegacyMigrationBlocked),
             Migration::Blocked
         );
         assert_eq!(
-            phase(Some("in-progress"), "LegacyMigrationDone"),
+            phase(Some("in-progress"), Reason::LegacyMigrationDone),
             Migration::Done
         );
-        assert_eq!(phase(Some("done"), "StatefulSetReady"), Migration::Done);
+        assert_eq!(phase(Some("done"), Reason::StatefulSetReady), Migration::Done);
         assert_eq!(
-            phase(Some("in-progress"), "ApplyFailed"),
+            phase(Some("in-progress"), Reason::ApplyFailed),
             Migration::InProgress
         );
     }
 
     #[test]
     fn proxy_version_is_the_image_tag_of_spec_deployment() {
-        let of = |tag| ModuleInfo::of(&cr(None, tag), State::Ready, "x").proxy_version;
+        let of = |tag| ModuleInfo::of(&cr(None, tag), State::Ready, Reason::StatefulSetReady).proxy_version;
         assert_eq!(of(Some("2.11.0")), "2.11.0");
         assert_eq!(of(Some("")), "unknown");
         assert_eq!(of(None), "unknown");

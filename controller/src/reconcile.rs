@@ -1,6 +1,7 @@
 //! The reconcile: [`gather`](crate::gather::gather) the facts, [`plan`](crate::plan::plan) purely,
 //! then carry the plan out here — apply what differs, prune, write the status once.
 
+use cp_api::reason::Reason;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -151,7 +152,7 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
                 status::warn(
                     ctx,
                     cr,
-                    "LegacyLookAlikeLeftAlone",
+                    Reason::LegacyLookAlikeLeftAlone,
                     &format!(
                         "the legacy takeover left these objects as they are: they have a legacy name but no mark of the legacy installation (reconciler label or annotation, Helm chart labels), so they may be someone else's: {}. Delete them yourself if they are left-overs of the legacy installation",
                         objects.join(", ")
@@ -252,7 +253,7 @@ async fn report_conflicts(ctx: &Ctx, conflicts: &[crate::mappings::Conflict]) {
         tracing::warn!(mapping = %c.loser.name_any(), older = %c.winner.name_any(), "duplicate ServiceMapping not published");
         let event = kube::runtime::events::Event {
             type_: kube::runtime::events::EventType::Warning,
-            reason: "DuplicateServiceMapping".into(),
+            reason: Reason::DuplicateServiceMapping.into(),
             note: Some(status::truncate(&c.message(), 1000)),
             action: "Publish".into(),
             secondary: Some(c.winner.object_ref(&())),

@@ -1,6 +1,7 @@
 //! The status contract: a state, a description and conditions, written only when they change, with
 //! an Event on each state change.
 
+use cp_api::reason::Reason;
 use cp_api::{ConnectivityProxy, ModuleStatus, State, names};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
@@ -31,27 +32,27 @@ pub struct Cond {
     /// True, False or Unknown.
     pub status: &'static str,
     /// CamelCase reason.
-    pub reason: String,
+    pub reason: Reason,
     /// Human-readable message.
     pub message: String,
 }
 
 impl Cond {
     /// A True condition.
-    pub fn ok(type_: &'static str, reason: &str, message: impl Into<String>) -> Self {
+    pub fn ok(type_: &'static str, reason: Reason, message: impl Into<String>) -> Self {
         Self {
             type_,
             status: "True",
-            reason: reason.into(),
+            reason,
             message: message.into(),
         }
     }
     /// A False condition.
-    pub fn failed(type_: &'static str, reason: &str, message: impl Into<String>) -> Self {
+    pub fn failed(type_: &'static str, reason: Reason, message: impl Into<String>) -> Self {
         Self {
             type_,
             status: "False",
-            reason: reason.into(),
+            reason,
             message: message.into(),
         }
     }
@@ -60,7 +61,7 @@ impl Cond {
         Self {
             type_,
             status: "Unknown",
-            reason: "NotEvaluated".into(),
+            reason: Reason::NotEvaluated,
             message: format!("waiting for condition {after}"),
         }
     }
@@ -74,7 +75,7 @@ pub struct Computed {
     /// Description.
     pub description: String,
     /// Reason of the state (for Events).
-    pub reason: String,
+    pub reason: Reason,
     /// Conditions.
     pub conditions: Vec<Cond>,
 }
@@ -90,7 +91,7 @@ impl Computed {
         ];
         let mut conditions = passed;
         let failed_type = failed.type_;
-        let reason = failed.reason.clone();
+        let reason = failed.reason;
         let description = failed.message.clone();
         conditions.push(failed);
         let seen: Vec<&str> = conditions.iter().map(|c| c.type_).collect();
@@ -124,7 +125,7 @@ pub fn build(cr: &ConnectivityProxy, computed: &Computed, now: Time) -> ModuleSt
             Condition {
                 type_: c.type_.into(),
                 status: c.status.into(),
-                reason: c.reason.clone(),
+                reason: c.reason.into(),
                 message: c.message.clone(),
                 observed_generation: generation,
                 last_transition_time: last,
@@ -159,7 +160,7 @@ pub async fn write(ctx: &Ctx, cr: &ConnectivityProxy, computed: &Computed) -> Re
     ctx.metrics.set_module_info(
         &ns,
         &name,
-        &crate::metrics::ModuleInfo::of(cr, computed.state, &computed.reason),
+        &crate::metrics::ModuleInfo::of(cr, computed.state, computed.reason),
     );
     let status = build(cr, computed, Time(k8s_openapi::jiff::Timestamp::now()));
     let old = cr.status.clone().unwrap_or_default();
@@ -186,7 +187,7 @@ pub async fn write(ctx: &Ctx, cr: &ConnectivityProxy, computed: &Computed) -> Re
         };
         let event = Event {
             type_,
-            reason: computed.reason.clone(),
+            reason: computed.reason.into(),
             note: Some(truncate(
                 &format!("{}: {}", computed.state, computed.description),
                 1000,
@@ -200,7 +201,7 @@ pub async fn write(ctx: &Ctx, cr: &ConnectivityProxy, computed: &Computed) -> Re
 }
 
 /// Publishes a Warning Event on the CR (best effort: never holds up the reconcile).
-pub async fn warn(ctx: &Ctx, cr: &ConnectivityProxy, reason: &str, note: &str) {
+pub async fn warn(ctx: &Ctx, cr: &ConnectivityProxy, reason: Reason, note: &str) {
     let event = Event {
         type_: EventType::Warning,
         reason: reason.into(),

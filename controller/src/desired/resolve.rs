@@ -1,5 +1,6 @@
 //! Turning `auto-provision` values into concrete ones from cluster facts.
 
+use cp_api::reason::Reason;
 use cp_api::validation::{ClusterFacts as RuleFacts, FieldError, MAX_HOST_LEN, join};
 use cp_api::{ConnectivityProxy, State, names};
 use kube::ResourceExt;
@@ -57,11 +58,11 @@ pub enum ConfigProblem {
 
 impl ConfigProblem {
     /// Condition reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            ConfigProblem::ExternalHostUnresolved => "ExternalHostUnresolved",
-            ConfigProblem::ExternalHostTooLong { .. } => "ExternalHostTooLong",
-            ConfigProblem::Invalid(_) => "InvalidConfiguration",
+            ConfigProblem::ExternalHostUnresolved => Reason::ExternalHostUnresolved,
+            ConfigProblem::ExternalHostTooLong { .. } => Reason::ExternalHostTooLong,
+            ConfigProblem::Invalid(_) => Reason::InvalidConfiguration,
         }
     }
 

@@ -3,6 +3,7 @@ use std::sync::Arc;
 use cp_api::ConnectivityProxy;
 use serde_json::json;
 
+use cp_api::reason::Reason;
 use super::*;
 
 fn cr(spec: serde_json::Value) -> ConnectivityProxy {
@@ -57,7 +58,7 @@ fn host_errors_are_clear() {
     );
     let long = format!("{}.example.com", "x".repeat(60));
     let err = resolve(&c, &facts(&long)).expect_err("too long");
-    assert_eq!(err.reason(), "ExternalHostTooLong");
+    assert_eq!(err.reason(), Reason::ExternalHostTooLong);
     assert_eq!(err.state(), cp_api::State::Error);
     assert!(err.message().contains("64"), "{}", err.message());
 }

@@ -82,7 +82,7 @@ pub enum Outcome {
     /// Nothing to migrate (or done): continue with the install.
     NotNeeded,
     /// A step changed the CR or the cluster; the next reconcile takes the next step.
-    Progressed(&'static str),
+    Progressed(cp_api::reason::Reason),
     /// The takeover cannot proceed; the legacy installation was not touched.
     Blocked(Vec<Blocker>),
     /// The takeover is done, but these objects with legacy names carry no mark of the legacy
@@ -157,7 +157,7 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
         )
         .await?;
         tracing::info!(takeover = %id, "legacy reconciler installation detected; takeover started");
-        return Ok(Outcome::Progressed("LegacyInstallationDetected"));
+        return Ok(Outcome::Progressed(cp_api::reason::Reason::LegacyInstallationDetected));
     }
     if id.is_empty() {
         // Started by an operator release without takeover ids.
@@ -168,7 +168,7 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
             "recording the takeover id",
         )
         .await?;
-        return Ok(Outcome::Progressed("LegacyTakeoverIdRecorded"));
+        return Ok(Outcome::Progressed(cp_api::reason::Reason::LegacyTakeoverIdRecorded));
     }
 
     let facts = plan::gather(client, &ns, &id).await?;
@@ -186,7 +186,7 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
             "closing a takeover without a legacy installation",
         )
         .await?;
-        return Ok(Outcome::Progressed("NoLegacyInstallation"));
+        return Ok(Outcome::Progressed(cp_api::reason::Reason::NoLegacyInstallation));
     }
     let plan = plan::plan(&cr.spec, &facts, &id);
     if !plan.blockers.is_empty() {
@@ -213,7 +213,7 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
         )
         .await?;
         tracing::info!(imported = ?plan.imported, "legacy configuration imported into the CR");
-        return Ok(Outcome::Progressed("LegacyConfigurationImported"));
+        return Ok(Outcome::Progressed(cp_api::reason::Reason::LegacyConfigurationImported));
     }
 
     take_over_mapping_crd(client).await?;
@@ -268,7 +268,7 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
     .await?;
     tracing::info!(takeover = %id, "legacy takeover done");
     if plan.left_alone.is_empty() {
-        Ok(Outcome::Progressed("LegacyMigrationDone"))
+        Ok(Outcome::Progressed(cp_api::reason::Reason::LegacyMigrationDone))
     } else {
         Ok(Outcome::LeftAlone(plan.left_alone))
     }

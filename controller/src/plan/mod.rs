@@ -1,6 +1,7 @@
 //! Plan: what one reconcile does, decided purely from the CR and the gathered [`Facts`]. Every state
 //! and reason of the status contract is chosen here; [`crate::reconcile`] only carries the plan out.
 
+use cp_api::reason::Reason;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -125,13 +126,13 @@ pub fn plan(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings) -> Plan 
 /// Which CR is installed, the CR's own writes, and the legacy takeover, in that order.
 fn admission(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings) -> Option<Plan> {
     let resync = Then::Requeue(settings.resync);
-    let config = |reason: &str, msg: String| {
+    let config = |reason: Reason, msg: String| {
         let failed = Cond::failed(types::CONFIGURATION, reason, msg);
         Some(blocked(State::Warning, vec![], failed, resync.clone()))
     };
     if let Some((ns, name)) = &facts.other_primary {
         return config(
-            "DuplicateConnectivityProxy",
+            Reason::DuplicateConnectivityProxy,
             format!(
                 "only one ConnectivityProxy is reconciled per cluster and {ns}/{name} is the active one; delete this one"
             ),
@@ -139,7 +140,7 @@ fn admission(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings) -> Opti
     }
     if cr.namespace().as_deref() != Some(names::KYMA_SYSTEM) {
         return config(
-            "OutsideModuleNamespace",
+            Reason::OutsideModuleNamespace,
             format!(
                 "the Connectivity Proxy is installed only from a ConnectivityProxy in {ks} (the module's namespace; the operator writes nowhere else but the Istio namespace): create it in {ks} and delete this one",
                 ks = names::KYMA_SYSTEM
@@ -188,7 +189,7 @@ pub fn migration_status(outcome: &crate::migration::Outcome) -> Option<(Computed
                 vec![],
                 Cond::failed(
                     types::CONFIGURATION,
-                    step,
+                    *step,
                     "taking over the legacy reconciler installation",
                 ),
             ),
@@ -200,7 +201,7 @@ pub fn migration_status(outcome: &crate::migration::Outcome) -> Option<(Computed
                 "the takeover of the legacy installation is blocked; the legacy installation keeps running untouched until this is fixed: {} (preview with `cp-controller migrate-plan`)",
                 list.join("; ")
             );
-            let failed = Cond::failed(types::CONFIGURATION, "LegacyMigrationBlocked", msg);
+            let failed = Cond::failed(types::CONFIGURATION, Reason::LegacyMigrationBlocked, msg);
             // What blocks is outside the CR (legacy ConfigMaps, mappings): look again soon.
             Some((
                 Computed::blocked(State::Warning, vec![], failed),
@@ -225,7 +226,7 @@ fn dependencies(cr: &ConnectivityProxy, facts: &Facts, resync: Duration) -> Resu
     };
     let (reason, what) = if !istio.is_empty() {
         (
-            "IstioCRDsMissing",
+            Reason::IstioCRDsMissing,
             format!(
                 "Istio is not installed: CRDs {} are missing",
                 istio.join(", ")
@@ -233,7 +234,7 @@ fn dependencies(cr: &ConnectivityProxy, facts: &Facts, resync: Duration) -> Resu
         )
     } else if !btp.is_empty() {
         (
-            "BTPOperatorCRDsMissing",
+            Reason::BTPOperatorCRDsMissing,
             format!(
                 "the SAP BTP service operator is not installed (CRDs {} are missing) but \
                  spec.secretConfig.integration.connectivityService.secretName is auto-provision",
@@ -243,7 +244,7 @@ fn dependencies(cr: &ConnectivityProxy, facts: &Facts, resync: Duration) -> Resu
     } else {
         return Ok(Cond::ok(
             types::DEPENDENCIES,
-            "DependenciesAvailable",
+            Reason::DependenciesAvailable,
             "required CRDs are installed",
         ));
     };
@@ -266,7 +267,7 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
     let key = match crate::btp::service_key(cr, facts.binding.as_ref(), facts.key_secret.as_ref()) {
         Ok(k) => k,
         Err(e) => {
-            let failed = Cond::failed(types::CONFIGURATION, "InvalidConfiguration", e.to_string());
+            let failed = Cond::failed(types::CONFIGURATION, Reason::InvalidConfiguration, e.to_string());
             return blocked(State::Warning, vec![deps], failed, Then::Requeue(resync));
         }
     };
@@ -274,7 +275,7 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         // Nothing is applied or pruned: a broken Secret must not take down a proxy (or its tunnel
         // CA) that still runs with the previous key. The Secret's watch wakes the reconcile.
         let msg = format!("{problem}; nothing was applied");
-        let failed = Cond::failed(types::CONFIGURATION, "ServiceKeyInvalid", msg);
+        let failed = Cond::failed(types::CONFIGURATION, Reason::ServiceKeyInvalid, msg);
         return blocked(State::Warning, vec![deps], failed, Then::Requeue(resync));
     }
     let mut resolved = match desired::resolve(cr, &facts.cluster_facts(key.key.as_ref())) {
@@ -286,7 +287,7 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
     };
     let config = Cond::ok(
         types::CONFIGURATION,
-        "ConfigurationValid",
+        Reason::ConfigurationValid,
         format!("tunnel host {}", resolved.external_host),
     );
     let provider = crate::certificates::provider(
@@ -303,7 +304,7 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         Err(e) => {
             let failed = Cond::failed(
                 types::INSTALLED,
-                "CertificateFailed",
+                Reason::CertificateFailed,
                 format!("certificate: {e}"),
             );
             return blocked(State::Error, vec![deps, config], failed, Then::Fail(e));
@@ -482,11 +483,11 @@ impl Report<'_> {
     fn status(&self, objects: usize) -> (Computed, Duration) {
         let installed = Cond::ok(
             types::INSTALLED,
-            "ResourcesApplied",
+            Reason::ResourcesApplied,
             format!("{objects} objects applied"),
         );
         let mut passed = self.passed.to_vec();
-        let installed_failed = |state, reason: &str, msg: String, after: Duration| {
+        let installed_failed = |state, reason: Reason, msg: String, after: Duration| {
             let failed = Cond::failed(types::INSTALLED, reason, msg);
             (Computed::blocked(state, passed.clone(), failed), after)
         };
@@ -501,22 +502,22 @@ impl Report<'_> {
             );
             return installed_failed(
                 State::Warning,
-                "ServiceMappingsTooLarge",
+                Reason::ServiceMappingsTooLarge,
                 msg,
                 self.resync(),
             );
         }
         if let Some(problem) = &self.ca_problem {
-            let (state, reason) = (State::Warning, "ConnectivityCAUnavailable");
+            let (state, reason) = (State::Warning, Reason::ConnectivityCAUnavailable);
             return installed_failed(state, reason, problem.clone(), OUTSIDE_RECHECK);
         }
         if let Some(waiting) = &self.key_waiting {
-            let (state, reason) = (State::Processing, "ServiceKeyPending");
+            let (state, reason) = (State::Processing, Reason::ServiceKeyPending);
             return installed_failed(state, reason, waiting.clone(), KEY_RECHECK);
         }
         if !self.conflicts.is_empty() {
             // The mapping watch wakes the reconcile when a duplicate is deleted or changed.
-            let (state, reason) = (State::Warning, "DuplicateServiceMappings");
+            let (state, reason) = (State::Warning, Reason::DuplicateServiceMappings);
             return installed_failed(
                 state,
                 reason,
@@ -538,14 +539,14 @@ impl Report<'_> {
         match ready {
             Ok(msg) => {
                 let mut conditions = passed;
-                conditions.push(Cond::ok(types::READY, "StatefulSetReady", msg));
+                conditions.push(Cond::ok(types::READY, Reason::StatefulSetReady, msg));
                 let computed = Computed {
                     state: State::Ready,
                     description: format!(
                         "Connectivity Proxy is ready; tunnel host {}",
                         self.resolved.external_host
                     ),
-                    reason: "StatefulSetReady".into(),
+                    reason: Reason::StatefulSetReady,
                     conditions,
                 };
                 (computed, self.resync())
@@ -554,11 +555,11 @@ impl Report<'_> {
             Err(msg) => match (&self.facts.pod_problem, self.statefulset_written) {
                 (Some(problem), false) => {
                     let failed =
-                        Cond::failed(types::READY, "ProxyPodFailing", format!("{msg}; {problem}"));
+                        Cond::failed(types::READY, Reason::ProxyPodFailing, format!("{msg}; {problem}"));
                     (Computed::blocked(State::Warning, passed, failed), recheck)
                 }
                 _ => {
-                    let failed = Cond::failed(types::READY, "StatefulSetNotReady", msg);
+                    let failed = Cond::failed(types::READY, Reason::StatefulSetNotReady, msg);
                     (
                         Computed::blocked(State::Processing, passed, failed),
                         recheck,
@@ -594,8 +595,8 @@ fn duplicates_message(conflicts: &[crate::mappings::Conflict]) -> String {
 /// untouched), Error otherwise.
 pub fn apply_failed(install: &Install, err: &crate::Error) -> (Computed, Option<Duration>) {
     let (state, reason, after) = match err {
-        crate::Error::NotOurs(_) => (State::Warning, "ObjectNotOwned", Some(OUTSIDE_RECHECK)),
-        _ => (State::Error, "ApplyFailed", None),
+        crate::Error::NotOurs(_) => (State::Warning, Reason::ObjectNotOwned, Some(OUTSIDE_RECHECK)),
+        _ => (State::Error, Reason::ApplyFailed, None),
     };
     let failed = Cond::failed(types::INSTALLED, reason, err.to_string());
     (

@@ -12,6 +12,7 @@ use kube::api::DynamicObject;
 use serde_json::json;
 use time::OffsetDateTime;
 
+use cp_api::reason::Reason;
 use super::*;
 use crate::certificates::TunnelCertSettings;
 use crate::gather::{Apis, ConnectivityCa, Facts};
@@ -175,7 +176,7 @@ type Case<'a> = (
     &'a str,
     &'a ConnectivityProxy,
     TestFacts,
-    (State, &'a str, Option<Duration>),
+    (State, Reason, Option<Duration>),
 );
 
 fn run(cr: &ConnectivityProxy, facts: &TestFacts) -> Plan {
@@ -183,17 +184,17 @@ fn run(cr: &ConnectivityProxy, facts: &TestFacts) -> Plan {
 }
 
 /// (state, reason, requeue) of a plan that writes a status.
-fn outcome(p: &Plan) -> (State, String, Option<Duration>) {
+fn outcome(p: &Plan) -> (State, Reason, Option<Duration>) {
     match p {
         Plan::Blocked { status, then } => (
             status.state,
-            status.reason.clone(),
+            status.reason,
             match then {
                 Then::Requeue(d) => Some(*d),
                 Then::Fail(_) => None,
             },
         ),
-        Plan::Install(i) => (i.status.state, i.status.reason.clone(), Some(i.requeue)),
+        Plan::Install(i) => (i.status.state, i.status.reason, Some(i.requeue)),
         other => panic!("no status in {other:?}"),
     }
 }
@@ -221,7 +222,7 @@ fn a_fresh_cluster_applies_everything_and_waits_for_the_rollout() {
     );
     assert!(i.prune.is_empty());
     assert_eq!(i.status.state, State::Processing);
-    assert_eq!(i.status.reason, "StatefulSetNotReady");
+    assert_eq!(i.status.reason, Reason::StatefulSetNotReady);
     assert_eq!(i.requeue, NOT_READY_RECHECK);
     assert_eq!(i.resolved.external_host, format!("cp.{DOMAIN}"));
     assert!(i.tunnel.issued, "the built-in tunnel certificate is issued");
@@ -239,7 +240,7 @@ fn a_steady_state_writes_nothing_and_is_ready_until_the_renewal() {
     );
     assert!(i.prune.is_empty());
     assert_eq!(i.status.state, State::Ready);
-    assert_eq!(i.status.reason, "StatefulSetReady");
+    assert_eq!(i.status.reason, Reason::StatefulSetReady);
     assert!(!i.tunnel.issued, "a valid certificate is kept");
     assert!(i.requeue <= settings().resync);
 }
@@ -285,8 +286,8 @@ fn a_new_statefulset_spec_is_rolling_out_not_ready() {
     let i = install(run(&cr, &facts));
     assert_eq!(i.writes.len(), 1);
     assert_eq!(
-        (i.status.state, i.status.reason.as_str()),
-        (State::Processing, "StatefulSetNotReady")
+        (i.status.state, i.status.reason),
+        (State::Processing, Reason::StatefulSetNotReady)
     );
     assert!(
         i.status.description.contains("rolled out"),
@@ -311,20 +312,20 @@ fn every_blocked_state_and_reason() {
             &cr,
             TestFacts::ready()
                 .with(|f| f.other_primary = Some(("kyma-system".into(), "older".into()))),
-            (State::Warning, "DuplicateConnectivityProxy", resync),
+            (State::Warning, Reason::DuplicateConnectivityProxy, resync),
         ),
         (
             "outside kyma-system",
             &elsewhere,
             TestFacts::ready(),
-            (State::Warning, "OutsideModuleNamespace", resync),
+            (State::Warning, Reason::OutsideModuleNamespace, resync),
         ),
         (
             "Istio missing",
             &cr,
             TestFacts::ready()
                 .with(|f| f.apis.missing_istio = vec!["gateways.networking.istio.io".into()]),
-            (State::Warning, "IstioCRDsMissing", resync),
+            (State::Warning, Reason::IstioCRDsMissing, resync),
         ),
         (
             "BTP operator missing",
@@ -332,43 +333,43 @@ fn every_blocked_state_and_reason() {
             TestFacts::ready().with(|f| {
                 f.apis.missing_btp = vec!["servicebindings.services.cloud.sap.com".into()]
             }),
-            (State::Warning, "BTPOperatorCRDsMissing", resync),
+            (State::Warning, Reason::BTPOperatorCRDsMissing, resync),
         ),
         (
             "no cluster domain",
             &cr,
             TestFacts::ready().with(|f| f.cluster_domain = None),
-            (State::Warning, "ExternalHostUnresolved", resync),
+            (State::Warning, Reason::ExternalHostUnresolved, resync),
         ),
         (
             "host too long",
             &cr,
             TestFacts::ready().with(|f| f.cluster_domain = Some(long_domain.clone())),
-            (State::Error, "ExternalHostTooLong", resync),
+            (State::Error, Reason::ExternalHostTooLong, resync),
         ),
         (
             "binding being created",
             &cr,
             TestFacts::ready().with(|f| f.binding = None),
-            (State::Processing, "ServiceKeyPending", Some(KEY_RECHECK)),
+            (State::Processing, Reason::ServiceKeyPending, Some(KEY_RECHECK)),
         ),
         (
             "binding not ready",
             &cr,
             TestFacts::ready().with(|f| f.binding = Some(mk_binding(Some(false)))),
-            (State::Processing, "ServiceKeyPending", Some(KEY_RECHECK)),
+            (State::Processing, Reason::ServiceKeyPending, Some(KEY_RECHECK)),
         ),
         (
             "binding without conditions",
             &cr,
             TestFacts::ready().with(|f| f.binding = Some(mk_binding(None))),
-            (State::Processing, "ServiceKeyPending", Some(KEY_RECHECK)),
+            (State::Processing, Reason::ServiceKeyPending, Some(KEY_RECHECK)),
         ),
         (
             "binding Secret without the key",
             &cr,
             TestFacts::ready().with(|f| f.key_secret = Some(mk_key_secret(false))),
-            (State::Processing, "ServiceKeyPending", Some(KEY_RECHECK)),
+            (State::Processing, Reason::ServiceKeyPending, Some(KEY_RECHECK)),
         ),
         (
             "CA endpoint down",
@@ -377,7 +378,7 @@ fn every_blocked_state_and_reason() {
                 .with(|f| f.connectivity_ca = ConnectivityCa::Failed("connection refused".into())),
             (
                 State::Warning,
-                "ConnectivityCAUnavailable",
+                Reason::ConnectivityCAUnavailable,
                 Some(OUTSIDE_RECHECK),
             ),
         ),
@@ -388,7 +389,7 @@ fn every_blocked_state_and_reason() {
                 .with(|f| f.connectivity_ca = ConnectivityCa::Unusable("no url".into())),
             (
                 State::Warning,
-                "ConnectivityCAUnavailable",
+                Reason::ConnectivityCAUnavailable,
                 Some(OUTSIDE_RECHECK),
             ),
         ),
@@ -398,7 +399,7 @@ fn every_blocked_state_and_reason() {
             TestFacts::ready().with(|f| f.statefulset = None),
             (
                 State::Processing,
-                "StatefulSetNotReady",
+                Reason::StatefulSetNotReady,
                 Some(NOT_READY_RECHECK),
             ),
         ),
@@ -408,7 +409,7 @@ fn every_blocked_state_and_reason() {
             TestFacts::ready().with(|f| f.statefulset = Some(mk_statefulset(2, 1, 1))),
             (
                 State::Processing,
-                "StatefulSetNotReady",
+                Reason::StatefulSetNotReady,
                 Some(NOT_READY_RECHECK),
             ),
         ),
@@ -419,20 +420,20 @@ fn every_blocked_state_and_reason() {
                 f.statefulset = Some(mk_statefulset(1, 1, 0));
                 f.pod_problem = Some("init container failed".into());
             }),
-            (State::Warning, "ProxyPodFailing", Some(NOT_READY_RECHECK)),
+            (State::Warning, Reason::ProxyPodFailing, Some(NOT_READY_RECHECK)),
         ),
         (
             "ready",
             &cr,
             TestFacts::ready(),
-            (State::Ready, "StatefulSetReady", None),
+            (State::Ready, Reason::StatefulSetReady, None),
         ),
     ];
     for (what, cr, facts, (state, reason, requeue)) in cases {
         // Every object written already: the status follows from the facts, not from a rollout.
         let facts = facts.applied(cr);
         let (got_state, got_reason, got_requeue) = outcome(&run(cr, &facts));
-        assert_eq!((got_state, got_reason.as_str()), (state, reason), "{what}");
+        assert_eq!((got_state, got_reason), (state, reason), "{what}");
         if let Some(r) = requeue {
             assert_eq!(got_requeue, Some(r), "{what}");
         }
@@ -459,8 +460,8 @@ fn too_many_mappings_keep_the_last_configmap_that_fitted() {
     let facts = TestFacts::ready().with(|f| f.mappings = (0..7000).map(mk_mapping).collect());
     let i = install(run(&cr, &facts));
     assert_eq!(
-        (i.status.state, i.status.reason.as_str()),
-        (State::Warning, "ServiceMappingsTooLarge")
+        (i.status.state, i.status.reason),
+        (State::Warning, Reason::ServiceMappingsTooLarge)
     );
     assert!(
         !i.writes
@@ -544,10 +545,10 @@ fn migration_steps_report_processing_and_blockers_warn() {
     use crate::migration::{Blocker, Outcome};
     assert_eq!(migration_status(&Outcome::NotNeeded), None);
     let (c, after) =
-        migration_status(&Outcome::Progressed("LegacyInstallationDetected")).expect("status");
+        migration_status(&Outcome::Progressed(Reason::LegacyInstallationDetected)).expect("status");
     assert_eq!(
-        (c.state, c.reason.as_str(), after),
-        (State::Processing, "LegacyInstallationDetected", NEXT_STEP)
+        (c.state, c.reason, after),
+        (State::Processing, Reason::LegacyInstallationDetected, NEXT_STEP)
     );
     let blockers = vec![Blocker {
         subject: "ConfigMap x".into(),
@@ -555,8 +556,8 @@ fn migration_steps_report_processing_and_blockers_warn() {
     }];
     let (c, _) = migration_status(&Outcome::Blocked(blockers)).expect("status");
     assert_eq!(
-        (c.state, c.reason.as_str()),
-        (State::Warning, "LegacyMigrationBlocked")
+        (c.state, c.reason),
+        (State::Warning, Reason::LegacyMigrationBlocked)
     );
 }
 
@@ -565,8 +566,8 @@ fn failed_writes_name_the_object_and_who_must_act() {
     let i = install(run(&mk_default_cr(), &TestFacts::ready()));
     let (c, after) = apply_failed(&i, &crate::Error::NotOurs("Service kyma-system/x".into()));
     assert_eq!(
-        (c.state, c.reason.as_str(), after),
-        (State::Warning, "ObjectNotOwned", Some(OUTSIDE_RECHECK))
+        (c.state, c.reason, after),
+        (State::Warning, Reason::ObjectNotOwned, Some(OUTSIDE_RECHECK))
     );
     assert!(c.description.contains("Service kyma-system/x"));
     let (c, after) = apply_failed(
@@ -574,8 +575,8 @@ fn failed_writes_name_the_object_and_who_must_act() {
         &crate::Error::Invalid("namespace istio-system does not exist".into()),
     );
     assert_eq!(
-        (c.state, c.reason.as_str(), after),
-        (State::Error, "ApplyFailed", None)
+        (c.state, c.reason, after),
+        (State::Error, Reason::ApplyFailed, None)
     );
 }
 
@@ -645,8 +646,8 @@ fn duplicate_mappings_publish_only_the_oldest_and_warn() {
     let i = install(run(&cr, &facts));
     assert_eq!(published(&i), vec!["other", "z-oldest"]);
     assert_eq!(
-        (i.status.state, i.status.reason.as_str()),
-        (State::Warning, "DuplicateServiceMappings")
+        (i.status.state, i.status.reason),
+        (State::Warning, Reason::DuplicateServiceMappings)
     );
     for name in ["a-newer", "m-case", "z-oldest"] {
         assert!(
@@ -712,8 +713,8 @@ fn an_unusable_service_key_is_a_warning_that_names_the_secret_and_the_key() {
             .applied(&cr);
         let (state, reason, _) = outcome(&run(&cr, &facts));
         assert_eq!(
-            (state, reason.as_str()),
-            (State::Warning, "ServiceKeyInvalid"),
+            (state, reason),
+            (State::Warning, Reason::ServiceKeyInvalid),
             "{what}"
         );
         let Plan::Blocked { status, .. } = run(&cr, &facts) else {
@@ -747,7 +748,7 @@ fn an_unusable_service_key_is_a_warning_that_names_the_secret_and_the_key() {
     let facts = TestFacts::ready().applied(&cr);
     let (state, reason, _) = outcome(&run(&cr, &facts));
     assert_eq!(
-        (state, reason.as_str()),
-        (State::Warning, "ServiceKeyInvalid")
+        (state, reason),
+        (State::Warning, Reason::ServiceKeyInvalid)
     );
 }
