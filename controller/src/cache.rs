@@ -94,8 +94,9 @@ impl Cache {
                 tokio::spawn(async move {
                     // A kind whose CRD is not installed is not watched until it is (a watch would
                     // retry a failing LIST forever); the CRD store is in memory, so waiting costs
-                    // no requests. Until the CRD store has listed, every CRD looks absent.
-                    let _ = crds.wait_until_ready().await;
+                    // no requests. (Not `crds.wait_until_ready()`: in kube-runtime 5.0.0 a Store's
+                    // readiness wakes only the task that polled it last — a futures oneshot keeps one
+                    // waker — so twenty watchers waiting on it beside the readiness task never wake.)
                     while kind.crd().is_some_and(|c| crd_absent(&crds, c)) {
                         tokio::time::sleep(CRD_RECHECK).await;
                     }

@@ -39,7 +39,11 @@ pub async fn reconcile_deletion(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Act
         let computed = Computed::blocked(
             State::Warning,
             vec![],
-            Cond::failed(types::INSTALLED, Reason::DeletionBlockedByServiceMappings, msg),
+            Cond::failed(
+                types::INSTALLED,
+                Reason::DeletionBlockedByServiceMappings,
+                msg,
+            ),
         );
         status::write(ctx, cr, &computed).await?;
         // The mapping watch wakes us when they are gone; the resync is the fallback.

@@ -362,7 +362,11 @@ mod tests {
     #[test]
     fn module_info_renders_one_series_with_every_label() {
         let m = Metrics::new().expect("metrics");
-        let info = ModuleInfo::of(&cr(None, Some("2.11.0")), State::Ready, Reason::StatefulSetReady);
+        let info = ModuleInfo::of(
+            &cr(None, Some("2.11.0")),
+            State::Ready,
+            Reason::StatefulSetReady,
+        );
         m.set_module_info("kyma-system", "connectivity-proxy", &info);
         let lines = info_lines(&m);
         assert_eq!(lines.len(), 1, "{lines:?}");
@@ -450,7 +454,10 @@ mod tests {
             phase(Some("in-progress"), Reason::LegacyMigrationDone),
             Migration::Done
         );
-        assert_eq!(phase(Some("done"), Reason::StatefulSetReady), Migration::Done);
+        assert_eq!(
+            phase(Some("done"), Reason::StatefulSetReady),
+            Migration::Done
+        );
         assert_eq!(
             phase(Some("in-progress"), Reason::ApplyFailed),
             Migration::InProgress
@@ -459,7 +466,9 @@ mod tests {
 
     #[test]
     fn proxy_version_is_the_image_tag_of_spec_deployment() {
-        let of = |tag| ModuleInfo::of(&cr(None, tag), State::Ready, Reason::StatefulSetReady).proxy_version;
+        let of = |tag| {
+            ModuleInfo::of(&cr(None, tag), State::Ready, Reason::StatefulSetReady).proxy_version
+        };
         assert_eq!(of(Some("2.11.0")), "2.11.0");
         assert_eq!(of(Some("")), "unknown");
         assert_eq!(of(None), "unknown");

@@ -125,9 +125,15 @@ pub fn join() -> u64 {
     generation
 }
 
+/// With `CP_TEST_GROUP_DEBUG` set, traces each turn on stderr with the seconds since the first trace.
 fn debug(msg: impl FnOnce() -> String) {
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
     if std::env::var_os("CP_TEST_GROUP_DEBUG").is_some() {
-        eprintln!("[group] {}", msg());
+        let t = START
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_secs_f32();
+        eprintln!("[group {t:7.1}s] {}", msg());
     }
 }
 

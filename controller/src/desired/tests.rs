@@ -3,8 +3,8 @@ use std::sync::Arc;
 use cp_api::ConnectivityProxy;
 use serde_json::json;
 
-use cp_api::reason::Reason;
 use super::*;
+use cp_api::reason::Reason;
 
 fn cr(spec: serde_json::Value) -> ConnectivityProxy {
     serde_json::from_value(json!({

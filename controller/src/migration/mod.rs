@@ -157,7 +157,9 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
         )
         .await?;
         tracing::info!(takeover = %id, "legacy reconciler installation detected; takeover started");
-        return Ok(Outcome::Progressed(cp_api::reason::Reason::LegacyInstallationDetected));
+        return Ok(Outcome::Progressed(
+            cp_api::reason::Reason::LegacyInstallationDetected,
+        ));
     }
     if id.is_empty() {
         // Started by an operator release without takeover ids.
@@ -168,7 +170,9 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
             "recording the takeover id",
         )
         .await?;
-        return Ok(Outcome::Progressed(cp_api::reason::Reason::LegacyTakeoverIdRecorded));
+        return Ok(Outcome::Progressed(
+            cp_api::reason::Reason::LegacyTakeoverIdRecorded,
+        ));
     }
 
     let facts = plan::gather(client, &ns, &id).await?;
@@ -186,7 +190,9 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
             "closing a takeover without a legacy installation",
         )
         .await?;
-        return Ok(Outcome::Progressed(cp_api::reason::Reason::NoLegacyInstallation));
+        return Ok(Outcome::Progressed(
+            cp_api::reason::Reason::NoLegacyInstallation,
+        ));
     }
     let plan = plan::plan(&cr.spec, &facts, &id);
     if !plan.blockers.is_empty() {
@@ -213,7 +219,9 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
         )
         .await?;
         tracing::info!(imported = ?plan.imported, "legacy configuration imported into the CR");
-        return Ok(Outcome::Progressed(cp_api::reason::Reason::LegacyConfigurationImported));
+        return Ok(Outcome::Progressed(
+            cp_api::reason::Reason::LegacyConfigurationImported,
+        ));
     }
 
     take_over_mapping_crd(client).await?;
@@ -268,7 +276,9 @@ pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome,
     .await?;
     tracing::info!(takeover = %id, "legacy takeover done");
     if plan.left_alone.is_empty() {
-        Ok(Outcome::Progressed(cp_api::reason::Reason::LegacyMigrationDone))
+        Ok(Outcome::Progressed(
+            cp_api::reason::Reason::LegacyMigrationDone,
+        ))
     } else {
         Ok(Outcome::LeftAlone(plan.left_alone))
     }

@@ -267,7 +267,11 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
     let key = match crate::btp::service_key(cr, facts.binding.as_ref(), facts.key_secret.as_ref()) {
         Ok(k) => k,
         Err(e) => {
-            let failed = Cond::failed(types::CONFIGURATION, Reason::InvalidConfiguration, e.to_string());
+            let failed = Cond::failed(
+                types::CONFIGURATION,
+                Reason::InvalidConfiguration,
+                e.to_string(),
+            );
             return blocked(State::Warning, vec![deps], failed, Then::Requeue(resync));
         }
     };
@@ -554,8 +558,11 @@ impl Report<'_> {
             // A cause that will not resolve by itself: a Warning that names it.
             Err(msg) => match (&self.facts.pod_problem, self.statefulset_written) {
                 (Some(problem), false) => {
-                    let failed =
-                        Cond::failed(types::READY, Reason::ProxyPodFailing, format!("{msg}; {problem}"));
+                    let failed = Cond::failed(
+                        types::READY,
+                        Reason::ProxyPodFailing,
+                        format!("{msg}; {problem}"),
+                    );
                     (Computed::blocked(State::Warning, passed, failed), recheck)
                 }
                 _ => {
@@ -595,7 +602,11 @@ fn duplicates_message(conflicts: &[crate::mappings::Conflict]) -> String {
 /// untouched), Error otherwise.
 pub fn apply_failed(install: &Install, err: &crate::Error) -> (Computed, Option<Duration>) {
     let (state, reason, after) = match err {
-        crate::Error::NotOurs(_) => (State::Warning, Reason::ObjectNotOwned, Some(OUTSIDE_RECHECK)),
+        crate::Error::NotOurs(_) => (
+            State::Warning,
+            Reason::ObjectNotOwned,
+            Some(OUTSIDE_RECHECK),
+        ),
         _ => (State::Error, Reason::ApplyFailed, None),
     };
     let failed = Cond::failed(types::INSTALLED, reason, err.to_string());

@@ -12,10 +12,10 @@ use kube::api::DynamicObject;
 use serde_json::json;
 use time::OffsetDateTime;
 
-use cp_api::reason::Reason;
 use super::*;
 use crate::certificates::TunnelCertSettings;
 use crate::gather::{Apis, ConnectivityCa, Facts};
+use cp_api::reason::Reason;
 
 const DOMAIN: &str = "c-1.kyma.example.org";
 
@@ -351,25 +351,41 @@ fn every_blocked_state_and_reason() {
             "binding being created",
             &cr,
             TestFacts::ready().with(|f| f.binding = None),
-            (State::Processing, Reason::ServiceKeyPending, Some(KEY_RECHECK)),
+            (
+                State::Processing,
+                Reason::ServiceKeyPending,
+                Some(KEY_RECHECK),
+            ),
         ),
         (
             "binding not ready",
             &cr,
             TestFacts::ready().with(|f| f.binding = Some(mk_binding(Some(false)))),
-            (State::Processing, Reason::ServiceKeyPending, Some(KEY_RECHECK)),
+            (
+                State::Processing,
+                Reason::ServiceKeyPending,
+                Some(KEY_RECHECK),
+            ),
         ),
         (
             "binding without conditions",
             &cr,
             TestFacts::ready().with(|f| f.binding = Some(mk_binding(None))),
-            (State::Processing, Reason::ServiceKeyPending, Some(KEY_RECHECK)),
+            (
+                State::Processing,
+                Reason::ServiceKeyPending,
+                Some(KEY_RECHECK),
+            ),
         ),
         (
             "binding Secret without the key",
             &cr,
             TestFacts::ready().with(|f| f.key_secret = Some(mk_key_secret(false))),
-            (State::Processing, Reason::ServiceKeyPending, Some(KEY_RECHECK)),
+            (
+                State::Processing,
+                Reason::ServiceKeyPending,
+                Some(KEY_RECHECK),
+            ),
         ),
         (
             "CA endpoint down",
@@ -420,7 +436,11 @@ fn every_blocked_state_and_reason() {
                 f.statefulset = Some(mk_statefulset(1, 1, 0));
                 f.pod_problem = Some("init container failed".into());
             }),
-            (State::Warning, Reason::ProxyPodFailing, Some(NOT_READY_RECHECK)),
+            (
+                State::Warning,
+                Reason::ProxyPodFailing,
+                Some(NOT_READY_RECHECK),
+            ),
         ),
         (
             "ready",
@@ -548,7 +568,11 @@ fn migration_steps_report_processing_and_blockers_warn() {
         migration_status(&Outcome::Progressed(Reason::LegacyInstallationDetected)).expect("status");
     assert_eq!(
         (c.state, c.reason, after),
-        (State::Processing, Reason::LegacyInstallationDetected, NEXT_STEP)
+        (
+            State::Processing,
+            Reason::LegacyInstallationDetected,
+            NEXT_STEP
+        )
     );
     let blockers = vec![Blocker {
         subject: "ConfigMap x".into(),
@@ -567,7 +591,11 @@ fn failed_writes_name_the_object_and_who_must_act() {
     let (c, after) = apply_failed(&i, &crate::Error::NotOurs("Service kyma-system/x".into()));
     assert_eq!(
         (c.state, c.reason, after),
-        (State::Warning, Reason::ObjectNotOwned, Some(OUTSIDE_RECHECK))
+        (
+            State::Warning,
+            Reason::ObjectNotOwned,
+            Some(OUTSIDE_RECHECK)
+        )
     );
     assert!(c.description.contains("Service kyma-system/x"));
     let (c, after) = apply_failed(
@@ -747,8 +775,5 @@ fn an_unusable_service_key_is_a_warning_that_names_the_secret_and_the_key() {
     let cr = mk_cr(inline);
     let facts = TestFacts::ready().applied(&cr);
     let (state, reason, _) = outcome(&run(&cr, &facts));
-    assert_eq!(
-        (state, reason),
-        (State::Warning, Reason::ServiceKeyInvalid)
-    );
+    assert_eq!((state, reason), (State::Warning, Reason::ServiceKeyInvalid));
 }
