@@ -210,78 +210,72 @@ async fn ensure_secret(client: &Client, body: Value) -> Result<bool, Error> {
 /// Writes the CA bundle into every webhook of both configurations where it differs.
 async fn ensure_ca_bundle(client: &Client, bundle: &str) -> Result<(), Error> {
     let want = bundle.as_bytes();
-    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .get_opt(names::MUTATING_WEBHOOK_CONFIG)
-        .await
-        .map_err(|e| Error::kube("reading the mutating webhook configuration", e))?
-        .map(|c| {
-            c.webhooks
-                .unwrap_or_default()
-                .into_iter()
-                .map(|h| (h.name, h.client_config.ca_bundle))
-                .collect()
-        });
-    ensure_bundle_in::<MutatingWebhookConfiguration>(
-        client,
-        names::MUTATING_WEBHOOK_CONFIG,
-        mutating,
-        want,
-    )
-    .await?;
-    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .get_opt(names::VALIDATING_WEBHOOK_CONFIG)
-        .await
-        .map_err(|e| Error::kube("reading the validating webhook configuration", e))?
-        .map(|c| {
-            c.webhooks
-                .unwrap_or_default()
-                .into_iter()
-                .map(|h| (h.name, h.client_config.ca_bundle))
-                .collect()
-        });
+    ensure_bundle_in::<MutatingWebhookConfiguration>(client, names::MUTATING_WEBHOOK_CONFIG, want)
+        .await?;
     ensure_bundle_in::<ValidatingWebhookConfiguration>(
         client,
         names::VALIDATING_WEBHOOK_CONFIG,
-        validating,
         want,
     )
     .await
 }
 
-/// Applies `caBundle` to each named webhook of one configuration (absent configuration: nothing to do).
-async fn ensure_bundle_in<K>(
-    client: &Client,
-    name: &str,
-    hooks: Option<Vec<(String, Option<k8s_openapi::ByteString>)>>,
-    want: &[u8],
-) -> Result<(), Error>
+/// Each webhook's name and `caBundle`, of either kind of webhook configuration.
+trait CaBundles {
+    fn ca_bundles(self) -> Vec<(String, Option<k8s_openapi::ByteString>)>;
+}
+
+impl CaBundles for MutatingWebhookConfiguration {
+    fn ca_bundles(self) -> Vec<(String, Option<k8s_openapi::ByteString>)> {
+        let hooks = self.webhooks.unwrap_or_default().into_iter();
+        hooks.map(|h| (h.name, h.client_config.ca_bundle)).collect()
+    }
+}
+
+impl CaBundles for ValidatingWebhookConfiguration {
+    fn ca_bundles(self) -> Vec<(String, Option<k8s_openapi::ByteString>)> {
+        let hooks = self.webhooks.unwrap_or_default().into_iter();
+        hooks.map(|h| (h.name, h.client_config.ca_bundle)).collect()
+    }
+}
+
+/// Applies `caBundle` to each webhook of the configuration `name` where it differs (absent
+/// configuration: nothing to do).
+async fn ensure_bundle_in<K>(client: &Client, name: &str, want: &[u8]) -> Result<(), Error>
 where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + CaBundles
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
-    let Some(hooks) = hooks else { return Ok(()) };
+    let kind = K::kind(&()).to_string();
+    let api = Api::<K>::all(client.clone());
+    let current = api
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("reading {kind} {name}"), e))?;
+    let Some(hooks) = current.map(CaBundles::ca_bundles) else {
+        return Ok(());
+    };
     if hooks
         .iter()
         .all(|(_, b)| b.as_ref().map(|b| b.0.as_slice()) == Some(want))
     {
         return Ok(());
     }
-    let kind = K::kind(&()).to_string();
     let webhooks: Vec<Value> = hooks
         .iter()
         .map(|(n, _)| json!({"name": n, "clientConfig": {"caBundle": STANDARD.encode(want)}}))
         .collect();
     let body = json!({"apiVersion": K::api_version(&()), "kind": kind, "metadata": {"name": name}, "webhooks": webhooks});
-    Api::<K>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::apply(names::FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .map_err(|e| Error::kube(format!("writing the CA bundle into {kind} {name}"), e))?;
+    api.patch(
+        name,
+        &PatchParams::apply(names::FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(|e| Error::kube(format!("writing the CA bundle into {kind} {name}"), e))?;
     tracing::info!(%kind, name, "CA bundle written");
     Ok(())
 }
