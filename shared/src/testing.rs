@@ -30,7 +30,7 @@ pub fn spec(v: Value) -> ConnectivityProxySpec {
 /// [`default_spec_json`] with the JSON merge patch `patch` applied (RFC 7386: `null` removes).
 pub fn default_spec_with(patch: Value) -> Value {
     let mut v = default_spec_json();
-    merge(&mut v, &patch);
+    json_patch::merge(&mut v, &patch);
     v
 }
 
@@ -79,21 +79,6 @@ pub fn tcp_mapping(name: &str, sub: &str, service_id: &str) -> ServiceMapping {
         json!({"type": "TCP", "subaccountId": sub, "serviceId": service_id,
                "internalAddress": format!("{service_id}.default.svc:8080")}),
     )
-}
-
-fn merge(target: &mut Value, patch: &Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        (t, p) => *t = p.clone(),
-    }
 }
 
 #[cfg(test)]
