@@ -70,6 +70,9 @@ pub struct Facts {
     pub binding: Option<DynamicObject>,
     /// The Secret the service key is read from ([`crate::btp::key_source`]).
     pub key_secret: Option<Secret>,
+    /// The service key resolved from the CR, [`Self::binding`] and [`Self::key_secret`]
+    /// ([`Self::resolve_service_key`]), or why the CR's key cannot be read.
+    pub service_key: Result<crate::btp::Outcome, String>,
     /// The built-in tunnel CA Secret.
     pub tunnel_ca: Option<Secret>,
     /// The tunnel's TLS Secret, whoever issued it.
@@ -97,6 +100,7 @@ impl Facts {
             mappings: vec![],
             binding: None,
             key_secret: None,
+            service_key: Ok(crate::btp::Outcome::default()),
             tunnel_ca: None,
             tunnel_tls: None,
             connectivity_ca: ConnectivityCa::NotNeeded,
@@ -104,6 +108,14 @@ impl Facts {
             statefulset: None,
             pod_problem: None,
         }
+    }
+
+    /// Resolves the service key of `cr` from [`Self::binding`] and [`Self::key_secret`], once per
+    /// reconcile: the Secrets and the Connectivity CA are read for it and the plan decides from it.
+    pub fn resolve_service_key(&mut self, cr: &ConnectivityProxy) {
+        self.service_key =
+            crate::btp::service_key(cr, self.binding.as_ref(), self.key_secret.as_ref())
+                .map_err(|e| e.to_string());
     }
 
     /// The cluster facts `desired::resolve` needs, with the subaccount from the service key.
@@ -193,6 +205,7 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         mappings: ctx.mappings.state(),
         binding,
         key_secret,
+        service_key: Ok(crate::btp::Outcome::default()),
         tunnel_ca: None,
         tunnel_tls: None,
         connectivity_ca: ConnectivityCa::NotNeeded,
@@ -200,6 +213,7 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         pod_problem: None,
         statefulset,
     };
+    facts.resolve_service_key(cr);
     tunnel_and_ca(cr, ctx, &mut facts).await?;
     if facts
         .statefulset
@@ -230,9 +244,7 @@ fn cluster_domain(ctx: &Ctx) -> Option<String> {
 /// The tunnel's Secrets and the Connectivity CA: where they live follows from the resolved CR, so they
 /// are read once the key and the cluster facts are known (nothing when the CR does not resolve).
 async fn tunnel_and_ca(cr: &ConnectivityProxy, ctx: &Ctx, facts: &mut Facts) -> Result<(), Error> {
-    let key = crate::btp::service_key(cr, facts.binding.as_ref(), facts.key_secret.as_ref())
-        .ok()
-        .and_then(|o| o.key);
+    let key = facts.service_key.as_ref().ok().and_then(|o| o.key.clone());
     let Ok(resolved) = desired::resolve(cr, &facts.cluster_facts(key.as_ref())) else {
         return Ok(());
     };

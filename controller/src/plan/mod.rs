@@ -264,13 +264,13 @@ fn dependencies(cr: &ConnectivityProxy, facts: &Facts, resync: Duration) -> Resu
 
 fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Cond) -> Plan {
     let resync = settings.resync;
-    let key = match crate::btp::service_key(cr, facts.binding.as_ref(), facts.key_secret.as_ref()) {
+    let key = match &facts.service_key {
         Ok(k) => k,
         Err(e) => {
             let failed = Cond::failed(
                 types::CONFIGURATION,
                 Reason::InvalidConfiguration,
-                e.to_string(),
+                e.clone(),
             );
             return blocked(State::Warning, vec![deps], failed, Then::Requeue(resync));
         }

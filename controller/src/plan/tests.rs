@@ -127,6 +127,7 @@ impl TestFacts {
             mappings: vec![],
             binding: Some(mk_binding(Some(true))),
             key_secret: Some(mk_key_secret(true)),
+            service_key: Ok(crate::btp::Outcome::default()),
             tunnel_ca: None,
             tunnel_tls: None,
             connectivity_ca: ConnectivityCa::Known {
@@ -147,7 +148,7 @@ impl TestFacts {
     /// The same cluster after the plan's writes landed: every desired object live as applied
     /// (unchanged when the plan installs nothing).
     fn applied(mut self, cr: &ConnectivityProxy) -> Self {
-        let Plan::Install(install) = plan(cr, &self.0, &settings()) else {
+        let Plan::Install(install) = run(cr, &self) else {
             return self;
         };
         for w in &install.writes {
@@ -179,8 +180,11 @@ type Case<'a> = (
     (State, Reason, Option<Duration>),
 );
 
+/// The plan of `cr` from `facts`, with the service key resolved from them as gather does.
 fn run(cr: &ConnectivityProxy, facts: &TestFacts) -> Plan {
-    plan(cr, &facts.0, &settings())
+    let mut facts = facts.0.clone();
+    facts.resolve_service_key(cr);
+    plan(cr, &facts, &settings())
 }
 
 /// (state, reason, requeue) of a plan that writes a status.
