@@ -303,7 +303,8 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         ca: facts.tunnel_ca.as_ref(),
         tls: facts.tunnel_tls.as_ref(),
     };
-    let tunnel = match tunnel::objects(cr, &resolved, provider, &settings.tunnel, live, facts.now) {
+    let built_in = facts.tunnel_rotation.as_ref();
+    let tunnel = match tunnel::objects(cr, &resolved, provider, &settings.tunnel, live, built_in) {
         Ok(t) => t,
         Err(e) => {
             let failed = Cond::failed(
