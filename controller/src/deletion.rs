@@ -1,12 +1,16 @@
-//! Deletion: blocked while ServiceMappings exist, otherwise every managed object in every namespace
-//! and cluster scope is removed, then the finalizer.
+//! Deletion, as gather → plan → execute: [`plan_deletion`] decides purely from the CR's finalizers
+//! and the ServiceMappings (blocked while any exist, otherwise every managed object in every namespace
+//! and cluster scope is removed, then the finalizer); [`reconcile_deletion`] carries the steps out in
+//! order.
+
+use std::time::Duration;
 
 use cp_api::reason::Reason;
 use cp_api::{ConnectivityProxy, State, names};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::Error;
 use crate::context::Ctx;
@@ -15,12 +19,53 @@ use crate::status::{self, Computed, Cond, types};
 /// How many mapping names a status message lists.
 const LIST_AT_MOST: usize = 20;
 
-/// Reconciles a CR that is being deleted.
+/// One write of a deletion, in the order carried out.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeletionStep {
+    /// Write this status.
+    WriteStatus(Computed),
+    /// Delete every managed object of the CR, listed from the caches at this point (after the
+    /// `Deleting` status is written).
+    DeleteOwned,
+    /// Apply this JSON patch to the CR: it removes the operator's finalizer and keeps every other,
+    /// and fails if the finalizers changed meanwhile.
+    RemoveFinalizer(Value),
+    /// Drop the CR's metrics.
+    ForgetMetrics,
+}
+
+/// What deleting a CR does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeletionPlan {
+    /// The writes, in order.
+    pub steps: Vec<DeletionStep>,
+    /// What follows.
+    pub then: Action,
+}
+
+/// Reconciles a CR that is being deleted: reads the ServiceMappings, plans, carries the steps out.
 pub async fn reconcile_deletion(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
-    if !cr.finalizers().iter().any(|f| f == names::FINALIZER) {
-        return Ok(Action::await_change());
+    let mappings: Vec<String> = ctx.mappings.state().iter().map(|m| m.name_any()).collect();
+    let plan = plan_deletion(cr.finalizers(), mappings, ctx.settings.resync);
+    for step in &plan.steps {
+        execute(cr, ctx, step).await?;
     }
-    let mut mappings: Vec<String> = ctx.mappings.state().iter().map(|m| m.name_any()).collect();
+    Ok(plan.then)
+}
+
+/// The deletion of a CR with `finalizers` while the ServiceMappings `mappings` exist; a blocked
+/// deletion is looked at again after `resync`.
+pub fn plan_deletion(
+    finalizers: &[String],
+    mut mappings: Vec<String>,
+    resync: Duration,
+) -> DeletionPlan {
+    if !finalizers.iter().any(|f| f == names::FINALIZER) {
+        return DeletionPlan {
+            steps: vec![],
+            then: Action::await_change(),
+        };
+    }
     if !mappings.is_empty() {
         mappings.sort();
         let more = mappings.len().saturating_sub(LIST_AT_MOST);
@@ -45,9 +90,11 @@ pub async fn reconcile_deletion(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Act
                 msg,
             ),
         );
-        status::write(ctx, cr, &computed).await?;
-        // The mapping watch wakes us when they are gone; the resync is the fallback.
-        return Ok(Action::requeue(ctx.settings.resync));
+        return DeletionPlan {
+            steps: vec![DeletionStep::WriteStatus(computed)],
+            // The mapping watch wakes us when they are gone; the resync is the fallback.
+            then: Action::requeue(resync),
+        };
     }
     let computed = Computed::blocked(
         State::Deleting,
@@ -58,37 +105,147 @@ pub async fn reconcile_deletion(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Act
             "removing every managed object",
         ),
     );
-    status::write(ctx, cr, &computed).await?;
-    let ns = cr.namespace().unwrap_or_default();
-    let name = cr.name_any();
-    for (kind, obj) in ctx
-        .cache
-        .owned(
-            &ctx.available_kinds(),
-            cr,
-            &crate::desired::object_namespaces(cr),
-        )
-        .await?
-    {
-        ctx.applier
-            .delete(kind, obj.namespace().as_deref(), &obj.name_any())
-            .await?;
-    }
-    let remaining: Vec<String> = cr
-        .finalizers()
+    let remaining: Vec<&String> = finalizers
         .iter()
         .filter(|f| *f != names::FINALIZER)
-        .cloned()
         .collect();
-    let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "test", "path": "/metadata/finalizers", "value": cr.finalizers()},
+    let patch = json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
         {"op": "replace", "path": "/metadata/finalizers", "value": remaining},
-    ]))?;
-    Api::<ConnectivityProxy>::namespaced(ctx.client.clone(), &ns)
-        .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
-        .await
-        .map_err(|e| Error::kube("removing the finalizer", e))?;
-    ctx.metrics.forget(&ns, &name);
-    tracing::info!(namespace = %ns, %name, "every managed object removed; finalizer released");
-    Ok(Action::await_change())
+    ]);
+    DeletionPlan {
+        steps: vec![
+            DeletionStep::WriteStatus(computed),
+            DeletionStep::DeleteOwned,
+            DeletionStep::RemoveFinalizer(patch),
+            DeletionStep::ForgetMetrics,
+        ],
+        then: Action::await_change(),
+    }
+}
+
+/// Carries out one step.
+async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, step: &DeletionStep) -> Result<(), Error> {
+    let ns = cr.namespace().unwrap_or_default();
+    let name = cr.name_any();
+    match step {
+        DeletionStep::WriteStatus(computed) => status::write(ctx, cr, computed).await?,
+        DeletionStep::DeleteOwned => {
+            for (kind, obj) in ctx
+                .cache
+                .owned(
+                    &ctx.available_kinds(),
+                    cr,
+                    &crate::desired::object_namespaces(cr),
+                )
+                .await?
+            {
+                ctx.applier
+                    .delete(kind, obj.namespace().as_deref(), &obj.name_any())
+                    .await?;
+            }
+        }
+        DeletionStep::RemoveFinalizer(patch) => {
+            let patch: json_patch::Patch = serde_json::from_value(patch.clone())?;
+            Api::<ConnectivityProxy>::namespaced(ctx.client.clone(), &ns)
+                .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+                .await
+                .map_err(|e| Error::kube("removing the finalizer", e))?;
+        }
+        DeletionStep::ForgetMetrics => {
+            ctx.metrics.forget(&ns, &name);
+            tracing::info!(namespace = %ns, %name, "every managed object removed; finalizer released");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RESYNC: Duration = Duration::from_secs(600);
+
+    fn finalizers(list: &[&str]) -> Vec<String> {
+        list.iter().map(|f| f.to_string()).collect()
+    }
+
+    fn status_of(plan: &DeletionPlan) -> &Computed {
+        match plan.steps.first() {
+            Some(DeletionStep::WriteStatus(c)) => c,
+            other => panic!("no status first: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn without_the_finalizer_nothing_is_done() {
+        for mappings in [vec![], vec!["m-1".to_string()]] {
+            let plan = plan_deletion(&finalizers(&["other/finalizer"]), mappings, RESYNC);
+            assert_eq!(
+                plan,
+                DeletionPlan {
+                    steps: vec![],
+                    then: Action::await_change()
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn service_mappings_block_the_deletion_with_a_warning_naming_at_most_20() {
+        let mappings: Vec<String> = (0..25).rev().map(|i| format!("m-{i:02}")).collect();
+        let plan = plan_deletion(&finalizers(&[names::FINALIZER]), mappings, RESYNC);
+        assert_eq!(plan.steps.len(), 1, "only the status: {:?}", plan.steps);
+        assert_eq!(plan.then, Action::requeue(RESYNC));
+        let status = status_of(&plan);
+        assert_eq!(status.state, State::Warning);
+        assert_eq!(status.reason, Reason::DeletionBlockedByServiceMappings);
+        let listed: Vec<String> = (0..20).map(|i| format!("m-{i:02}")).collect();
+        assert!(
+            status.description.contains(&format!(
+                "ServiceMappings exist: {} and 5 more; delete them",
+                listed.join(", ")
+            )),
+            "sorted, at most 20: {}",
+            status.description
+        );
+
+        let plan = plan_deletion(
+            &finalizers(&[names::FINALIZER]),
+            vec!["b".into(), "a".into()],
+            RESYNC,
+        );
+        let description = &status_of(&plan).description;
+        assert!(
+            description.contains("exist: a, b; delete them") && !description.contains("more"),
+            "{description}"
+        );
+    }
+
+    #[test]
+    fn without_mappings_everything_is_removed_then_only_our_finalizer() {
+        let before = finalizers(&["a/first", names::FINALIZER, "z/last"]);
+        let plan = plan_deletion(&before, vec![], RESYNC);
+        assert_eq!(plan.then, Action::await_change());
+        let status = status_of(&plan);
+        assert_eq!(
+            (status.state, status.reason),
+            (State::Deleting, Reason::Deleting)
+        );
+        assert_eq!(
+            plan.steps[1..],
+            [
+                DeletionStep::DeleteOwned,
+                DeletionStep::RemoveFinalizer(json!([
+                    {"op": "test", "path": "/metadata/finalizers", "value": before},
+                    {"op": "replace", "path": "/metadata/finalizers", "value": ["a/first", "z/last"]},
+                ])),
+                DeletionStep::ForgetMetrics,
+            ]
+        );
+        let DeletionStep::RemoveFinalizer(patch) = &plan.steps[2] else {
+            panic!("no finalizer patch");
+        };
+        assert!(serde_json::from_value::<json_patch::Patch>(patch.clone()).is_ok());
+    }
 }

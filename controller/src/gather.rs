@@ -1,5 +1,6 @@
-//! Gather: every fact a reconcile decides from, read from the controller's caches ([`crate::cache`]).
-//! Nothing here writes; [`crate::plan`] decides from these facts alone.
+//! Gather: every fact a reconcile decides from, read from the controller's caches ([`crate::cache`]),
+//! with what is not pure settled here too: the time, and the built-in tunnel certificate's new keys
+//! when due. Nothing here writes; [`crate::plan`] decides from these facts alone.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use time::OffsetDateTime;
 
 use crate::Error;
 use crate::cache::{Key, typed};
+use crate::certificates::tunnel::{self, Provider, TunnelCertSettings};
 use crate::context::Ctx;
 use crate::desired::{self, Kind};
 
@@ -70,10 +72,16 @@ pub struct Facts {
     pub binding: Option<DynamicObject>,
     /// The Secret the service key is read from ([`crate::btp::key_source`]).
     pub key_secret: Option<Secret>,
+    /// The service key resolved from the CR, [`Self::binding`] and [`Self::key_secret`]
+    /// ([`Self::resolve_service_key`]), or why the CR's key cannot be read.
+    pub service_key: Result<crate::btp::Outcome, String>,
     /// The built-in tunnel CA Secret.
     pub tunnel_ca: Option<Secret>,
     /// The tunnel's TLS Secret, whoever issued it.
     pub tunnel_tls: Option<Secret>,
+    /// The built-in tunnel certificate's rotation at [`Self::now`] ([`Self::rotate_tunnel`]; new keys
+    /// and certificates are generated here when due), when the built-in provider issues it.
+    pub tunnel_rotation: Option<Result<cp_certs::rotation::Plan, String>>,
     /// The Connectivity service CA.
     pub connectivity_ca: ConnectivityCa,
     /// Every managed object that belongs to this CR, as cached.
@@ -97,13 +105,43 @@ impl Facts {
             mappings: vec![],
             binding: None,
             key_secret: None,
+            service_key: Ok(crate::btp::Outcome::default()),
             tunnel_ca: None,
             tunnel_tls: None,
+            tunnel_rotation: None,
             connectivity_ca: ConnectivityCa::NotNeeded,
             owned: BTreeMap::new(),
             statefulset: None,
             pod_problem: None,
         }
+    }
+
+    /// Resolves the service key of `cr` from [`Self::binding`] and [`Self::key_secret`], once per
+    /// reconcile: the Secrets and the Connectivity CA are read for it and the plan decides from it.
+    pub fn resolve_service_key(&mut self, cr: &ConnectivityProxy) {
+        self.service_key =
+            crate::btp::service_key(cr, self.binding.as_ref(), self.key_secret.as_ref())
+                .map_err(|e| e.to_string());
+    }
+
+    /// Rotates the built-in tunnel certificate of `cr` (resolved as `resolved`) from
+    /// [`Self::tunnel_ca`] and [`Self::tunnel_tls`] at [`Self::now`], when the built-in provider
+    /// issues it: private keys are generated here, not in the plan.
+    pub fn rotate_tunnel(
+        &mut self,
+        cr: &ConnectivityProxy,
+        resolved: &desired::Resolved,
+        settings: &TunnelCertSettings,
+    ) {
+        let provider =
+            crate::certificates::provider(self.apis.gardener, self.apis.cert_manager, settings);
+        self.tunnel_rotation = (resolved.tls_auto && provider == Provider::BuiltIn).then(|| {
+            let live = tunnel::Live {
+                ca: self.tunnel_ca.as_ref(),
+                tls: self.tunnel_tls.as_ref(),
+            };
+            tunnel::rotate(cr, resolved, settings, live, self.now)
+        });
     }
 
     /// The cluster facts `desired::resolve` needs, with the subaccount from the service key.
@@ -193,13 +231,16 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         mappings: ctx.mappings.state(),
         binding,
         key_secret,
+        service_key: Ok(crate::btp::Outcome::default()),
         tunnel_ca: None,
         tunnel_tls: None,
+        tunnel_rotation: None,
         connectivity_ca: ConnectivityCa::NotNeeded,
         owned,
         pod_problem: None,
         statefulset,
     };
+    facts.resolve_service_key(cr);
     tunnel_and_ca(cr, ctx, &mut facts).await?;
     if facts
         .statefulset
@@ -227,12 +268,11 @@ fn cluster_domain(ctx: &Ctx) -> Option<String> {
         .and_then(|c| c.data.as_ref()?.get("domain").cloned())
 }
 
-/// The tunnel's Secrets and the Connectivity CA: where they live follows from the resolved CR, so they
-/// are read once the key and the cluster facts are known (nothing when the CR does not resolve).
+/// The tunnel's Secrets (and the built-in certificate's rotation) and the Connectivity CA: where they
+/// live follows from the resolved CR, so they are read once the key and the cluster facts are known
+/// (nothing when the CR does not resolve).
 async fn tunnel_and_ca(cr: &ConnectivityProxy, ctx: &Ctx, facts: &mut Facts) -> Result<(), Error> {
-    let key = crate::btp::service_key(cr, facts.binding.as_ref(), facts.key_secret.as_ref())
-        .ok()
-        .and_then(|o| o.key);
+    let key = facts.service_key.as_ref().ok().and_then(|o| o.key.clone());
     let Ok(resolved) = desired::resolve(cr, &facts.cluster_facts(key.as_ref())) else {
         return Ok(());
     };
@@ -245,6 +285,7 @@ async fn tunnel_and_ca(cr: &ConnectivityProxy, ctx: &Ctx, facts: &mut Facts) -> 
         .cache
         .secret(&resolved.istio_namespace, &resolved.tls_secret, cr)
         .await?;
+    facts.rotate_tunnel(cr, &resolved, &ctx.settings.tunnel);
     if cr.spec.ingress_class() == "istio"
         && let Some(key) = key
     {

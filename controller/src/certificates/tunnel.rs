@@ -1,5 +1,7 @@
-//! The business-tunnel certificate's objects, decided purely from the live Secrets and the time: a
-//! Gardener or cert-manager `Certificate` when those issue it, else the operator's own CA and leaf.
+//! The business-tunnel certificate: [`rotate`] (run by gather) keeps, renews or issues the operator's
+//! own CA and leaf from the live Secrets and the time, generating new keys when due; [`objects`]
+//! (pure, run by the plan) turns that into the objects to apply: a Gardener or cert-manager
+//! `Certificate` when those issue it, else the operator's own CA and leaf Secrets.
 
 use cp_api::names;
 use cp_certs::renewal::Policy;
@@ -73,20 +75,53 @@ pub struct Live<'a> {
     pub tls: Option<&'a Secret>,
 }
 
-/// The tunnel certificate's objects at `now`; an error when a built-in certificate cannot be issued.
+/// The leaf's DNS names: the tunnel host and its wildcard.
+fn dns_names(host: &str) -> Vec<String> {
+    vec![host.to_string(), format!("*.{host}")]
+}
+
+/// The built-in tunnel certificate's rotation at `now` from the `live` Secrets: the CA and leaf kept,
+/// renewed or issued (new private keys are generated here, so gather runs it and the plan stays pure);
+/// an error when a certificate cannot be issued.
+pub fn rotate(
+    cr: &cp_api::ConnectivityProxy,
+    resolved: &Resolved,
+    settings: &TunnelCertSettings,
+    live: Live<'_>,
+    now: OffsetDateTime,
+) -> Result<rotation::Plan, String> {
+    let host = resolved.external_host.clone();
+    let spec = Spec {
+        ca_common_name: format!(
+            "connectivity-proxy-tunnel-ca-{}",
+            cr.namespace().unwrap_or_default()
+        ),
+        dns_names: dns_names(&host),
+        common_name: host,
+        ips: vec![],
+        ca_policy: Policy::new(settings.ca_lifetime),
+        leaf_policy: Policy::new(settings.cert_lifetime),
+        propagation: time::Duration::ZERO,
+        algorithm: settings.algorithm,
+    };
+    rotation::plan(now, &state_from(live.ca, live.tls), &spec).map_err(|e| e.to_string())
+}
+
+/// The tunnel certificate's objects; for the built-in provider from `built_in`, the [`rotate`]
+/// result gather prepared. An error when a built-in certificate cannot be issued.
 pub fn objects(
     cr: &cp_api::ConnectivityProxy,
     resolved: &Resolved,
     provider: Provider,
     settings: &TunnelCertSettings,
     live: Live<'_>,
-    now: OffsetDateTime,
+    built_in: Option<&Result<rotation::Plan, String>>,
 ) -> Result<Tunnel, String> {
     if !resolved.tls_auto {
         return Ok(Tunnel::default());
     }
     let host = resolved.external_host.clone();
-    let dns = vec![host.clone(), format!("*.{host}")];
+    let dns = dns_names(&host);
     let ns = resolved.istio_namespace.as_str();
     let secret = resolved.tls_secret.as_str();
     let issued_pem = || {
@@ -112,53 +147,41 @@ pub fn objects(
                     "issuerRef": {"group": "cert-manager.io", "kind": kind, "name": name}}),
             ))
         }
-        Provider::BuiltIn => built_in(cr, ns, secret, host, dns, settings, live, now),
+        Provider::BuiltIn => match built_in {
+            Some(Ok(plan)) => Ok(built_in_objects(cr, ns, secret, plan)),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err("the built-in tunnel certificate was not prepared".into()),
+        },
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn built_in(
+/// The built-in CA Secret (in the CR's namespace) and leaf Secret of `plan`.
+fn built_in_objects(
     cr: &cp_api::ConnectivityProxy,
     ns: &str,
     secret: &str,
-    host: String,
-    dns: Vec<String>,
-    settings: &TunnelCertSettings,
-    live: Live<'_>,
-    now: OffsetDateTime,
-) -> Result<Tunnel, String> {
+    plan: &rotation::Plan,
+) -> Tunnel {
     let cr_ns = cr.namespace().unwrap_or_default();
-    let spec = Spec {
-        ca_common_name: format!("connectivity-proxy-tunnel-ca-{cr_ns}"),
-        common_name: host,
-        dns_names: dns,
-        ips: vec![],
-        ca_policy: Policy::new(settings.ca_lifetime),
-        leaf_policy: Policy::new(settings.cert_lifetime),
-        propagation: time::Duration::ZERO,
-        algorithm: settings.algorithm,
-    };
-    let plan =
-        rotation::plan(now, &state_from(live.ca, live.tls), &spec).map_err(|e| e.to_string())?;
-    Ok(Tunnel {
+    Tunnel {
         objects: vec![
             object(
                 cr,
                 Kind::Secret,
                 Some(&cr_ns),
                 names::TUNNEL_CA_SECRET,
-                ca_secret_content(&plan),
+                ca_secret_content(plan),
             ),
             object(
                 cr,
                 Kind::Secret,
                 Some(ns),
                 secret,
-                leaf_secret_content(&plan),
+                leaf_secret_content(plan),
             ),
         ],
         renew_at: Some(plan.next),
         issued: plan.leaf_rotated,
         leaf_pem: plan.state.leaf.as_ref().map(|l| l.cert_pem.clone()),
-    })
+    }
 }

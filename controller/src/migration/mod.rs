@@ -1,8 +1,10 @@
-//! Taking over an installation left by the legacy reconciler. [`plan`] decides (read-only, pure
-//! where it can be): what to import into the CR, what to back up, what to delete, adopt or keep, and
-//! what blocks the takeover. [`migrate`] carries it out one step per reconcile, each step checking its
-//! own state first, so a crash at any point resumes where it stopped and loses nothing:
-//! start (takeover id) → backups → import (validated first) → teardown (the legacy ServiceMapping
+//! Taking over an installation left by the legacy reconciler, one step per reconcile, as gather →
+//! decide → execute: [`gather`] reads the CR's takeover annotations and (read-only) what the legacy
+//! installation left; [`decide`] (pure) picks the next [`Step`], building on [`plan`] (what to import
+//! into the CR, back up, delete, adopt or keep, and what blocks the takeover); [`execute`] performs
+//! exactly that step's writes. Each step's state is in the CR or the cluster, so a crash at any point
+//! resumes where it stopped and loses nothing: start (takeover id) → backups → import (validated
+//! first) → teardown (the ServiceMapping CRD, then the legacy objects, the legacy ServiceMapping
 //! webhook first) → done.
 
 pub mod import;
@@ -11,17 +13,18 @@ pub mod plan;
 
 use std::collections::BTreeMap;
 
-use cp_api::{ConnectivityProxy, names};
+use cp_api::{ConnectivityProxy, ConnectivityProxySpec, names};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::{Client, ResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 
 pub use import::{ImportError, import};
 pub use plan::{Blocker, Plan};
 
 use crate::Error;
-use legacy::{Action, LEGACY_KINDS, LEGACY_SERVICE_KEY};
+use legacy::{LEGACY_KINDS, LEGACY_SERVICE_KEY};
+use plan::Disposition;
 
 use cp_api::keys::{
     BACKUP_NAMESPACE, BACKUP_OF_ANNOTATION, IMPORTED_ANNOTATION, MIGRATION_ANNOTATION,
@@ -90,6 +93,176 @@ pub enum Outcome {
     LeftAlone(Vec<String>),
 }
 
+/// The value of [`MIGRATION_ANNOTATION`] while a takeover runs.
+const IN_PROGRESS: &str = "in-progress";
+
+/// What the next migration step is decided from ([`gather`]).
+#[derive(Clone, Debug)]
+pub enum Facts {
+    /// No takeover in progress: the annotation is absent, `done`, or any other value (the webhook
+    /// refuses the annotation from anyone but the operator, but an older release or an admin may have
+    /// written one).
+    Idle {
+        /// A StatefulSet with the legacy reconciler's marks is present ([`is_legacy`]).
+        legacy_statefulset: bool,
+    },
+    /// A takeover in progress that an operator release without takeover ids started.
+    WithoutId,
+    /// Takeover `id` in progress.
+    InProgress {
+        /// The takeover id.
+        id: String,
+        /// The CR carries [`IMPORTED_ANNOTATION`]: the import is done.
+        imported: bool,
+        /// What the legacy installation left ([`plan::gather`]).
+        takeover: plan::Facts,
+    },
+}
+
+/// This takeover's backups still to write.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Backups {
+    /// Live legacy ConfigMaps without a backup in this takeover: name and data.
+    pub config_maps: Vec<(String, BTreeMap<String, String>)>,
+    /// The legacy service-key Secret is backed up unless its backup exists (checked when written:
+    /// its data is read only then).
+    pub service_key: bool,
+}
+
+/// The next migration step, decided by [`decide`] and carried out by [`execute`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Nothing to migrate (or done).
+    NotNeeded,
+    /// Start a takeover (first, or a legacy installation back after a rollback) under a new id; a
+    /// started import is forgotten.
+    Start,
+    /// Record a takeover id for a takeover started without one.
+    RecordId,
+    /// A takeover "in progress" with no legacy installation, no backup of one and nothing imported:
+    /// not a takeover this operator started. It is closed; nothing is imported, deleted or adopted.
+    CloseNoEvidence {
+        /// The takeover id.
+        id: String,
+    },
+    /// The takeover cannot proceed; nothing is written.
+    Blocked(Vec<Blocker>),
+    /// Write the backups, then import the legacy configuration into the CR.
+    Import {
+        /// The takeover id.
+        id: String,
+        /// Backups to write first.
+        backups: Backups,
+        /// The CR merge patch: the imported `spec` and the imported annotation.
+        patch: Value,
+        /// The `spec.config` paths imported.
+        imported: Vec<String>,
+    },
+    /// Write any backup still missing, take over the ServiceMapping CRD, then adopt, delete or keep
+    /// each legacy object in order, and finish the takeover.
+    Teardown {
+        /// The takeover id.
+        id: String,
+        /// Backups to write first.
+        backups: Backups,
+        /// Every legacy object that is not the operator's, in order, with what happens to it.
+        objects: Vec<plan::Teardown>,
+        /// The objects left alone (named in a Warning once done).
+        left_alone: Vec<String>,
+    },
+}
+
+/// Reads what the next migration step is decided from: the CR's takeover annotations, then (with
+/// reads only) the legacy StatefulSet while no takeover runs, or the takeover's facts
+/// ([`plan::gather`]) while one does.
+pub async fn gather(client: &Client, cr: &ConnectivityProxy) -> Result<Facts, Error> {
+    let ns = cr.namespace().unwrap_or_default();
+    let annotations = cr.annotations();
+    if annotations.get(MIGRATION_ANNOTATION).map(String::as_str) != Some(IN_PROGRESS) {
+        let sts = Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), &ns)
+            .get_opt(names::STATEFULSET)
+            .await
+            .map_err(|e| Error::kube("reading the StatefulSet", e))?;
+        return Ok(Facts::Idle {
+            legacy_statefulset: sts.as_ref().is_some_and(|s| is_legacy(&s.metadata)),
+        });
+    }
+    let id = match annotations.get(TAKEOVER_ID_ANNOTATION) {
+        Some(id) if !id.is_empty() => id.clone(),
+        _ => return Ok(Facts::WithoutId),
+    };
+    Ok(Facts::InProgress {
+        imported: annotations.contains_key(IMPORTED_ANNOTATION),
+        takeover: plan::gather(client, &ns, &id).await?,
+        id,
+    })
+}
+
+/// The next migration step for a CR with `spec`, from `facts` alone. Each step's state is in the
+/// CR's annotations or the cluster, so a crash at any point resumes with the step it stopped in.
+pub fn decide(spec: &ConnectivityProxySpec, facts: &Facts) -> Step {
+    let (id, imported, takeover) = match facts {
+        // Only "in-progress" continues a takeover; a new one starts only where a legacy
+        // StatefulSet with its marks exists.
+        Facts::Idle { legacy_statefulset } => {
+            return if *legacy_statefulset {
+                Step::Start
+            } else {
+                Step::NotNeeded
+            };
+        }
+        Facts::WithoutId => return Step::RecordId,
+        Facts::InProgress {
+            id,
+            imported,
+            takeover,
+        } => (id, *imported, takeover),
+    };
+    let evidence = takeover.legacy_statefulset
+        || takeover.found.iter().any(|f| !f.ours && f.marked)
+        || !takeover.backups.is_empty();
+    if !evidence && !imported {
+        return Step::CloseNoEvidence { id: id.clone() };
+    }
+    let plan = plan::plan(spec, takeover, id);
+    if !plan.blockers.is_empty() {
+        return Step::Blocked(plan.blockers);
+    }
+    let backups = Backups {
+        config_maps: takeover
+            .live
+            .iter()
+            .filter(|(name, _)| !takeover.backups.contains_key(*name))
+            .map(|(name, data)| (name.clone(), data.clone()))
+            .collect(),
+        service_key: takeover.legacy_service_key,
+    };
+    if !imported {
+        let summary = if plan.imported.is_empty() {
+            "nothing".to_string()
+        } else {
+            plan.imported.join(",")
+        };
+        let mut spec = json!({"config": plan.config});
+        if let Some(secret) = &plan.service_key_secret {
+            spec["secretConfig"] =
+                json!({"integration": {"connectivityService": {"secretName": secret}}});
+        }
+        return Step::Import {
+            id: id.clone(),
+            backups,
+            patch: json!({"metadata": {"annotations": {IMPORTED_ANNOTATION: summary}}, "spec": spec}),
+            imported: plan.imported,
+        };
+    }
+    Step::Teardown {
+        id: id.clone(),
+        backups,
+        objects: plan.teardown,
+        left_alone: plan.left_alone,
+    }
+}
+
 /// A takeover id: UTC time to the second, usable in object names.
 fn new_takeover_id() -> String {
     let now = time::OffsetDateTime::now_utc();
@@ -122,166 +295,143 @@ async fn patch_cr(
     Ok(())
 }
 
-/// Runs the next migration step, if any.
+/// Runs the next migration step, if any: [`gather`] → [`decide`] → [`execute`].
 pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome, Error> {
+    let facts = gather(client, cr).await?;
+    execute(client, cr, decide(&cr.spec, &facts)).await
+}
+
+/// Carries out `step`: exactly its writes, in order (a new takeover id is taken from the clock here).
+pub async fn execute(
+    client: &Client,
+    cr: &ConnectivityProxy,
+    step: Step,
+) -> Result<Outcome, Error> {
+    use cp_api::reason::Reason;
     let ns = cr.namespace().unwrap_or_default();
-    let state = cr.annotations().get(MIGRATION_ANNOTATION).cloned();
-    let id = cr
-        .annotations()
-        .get(TAKEOVER_ID_ANNOTATION)
-        .cloned()
-        .unwrap_or_default();
-    let legacy_present = {
-        let sts = Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), &ns)
-            .get_opt(names::STATEFULSET)
-            .await
-            .map_err(|e| Error::kube("reading the StatefulSet", e))?;
-        sts.as_ref().is_some_and(|s| is_legacy(&s.metadata))
+    match step {
+        Step::NotNeeded => Ok(Outcome::NotNeeded),
+        Step::Start => {
+            // Earlier backups stay as history; this takeover writes its own.
+            let id = new_takeover_id();
+            patch_cr(
+                client,
+                cr,
+                json!({"metadata": {"annotations": {MIGRATION_ANNOTATION: IN_PROGRESS,
+                    TAKEOVER_ID_ANNOTATION: id, IMPORTED_ANNOTATION: null}}}),
+                "starting the takeover",
+            )
+            .await?;
+            tracing::info!(takeover = %id, "legacy reconciler installation detected; takeover started");
+            Ok(Outcome::Progressed(Reason::LegacyInstallationDetected))
+        }
+        Step::RecordId => {
+            patch_cr(
+                client,
+                cr,
+                json!({"metadata": {"annotations": {TAKEOVER_ID_ANNOTATION: new_takeover_id()}}}),
+                "recording the takeover id",
+            )
+            .await?;
+            Ok(Outcome::Progressed(Reason::LegacyTakeoverIdRecorded))
+        }
+        Step::CloseNoEvidence { id } => {
+            tracing::warn!(takeover = %id, "takeover annotation without any legacy installation: nothing taken over");
+            patch_cr(
+                client,
+                cr,
+                json!({"metadata": {"annotations": {MIGRATION_ANNOTATION: "done"}}}),
+                "closing a takeover without a legacy installation",
+            )
+            .await?;
+            Ok(Outcome::Progressed(Reason::NoLegacyInstallation))
+        }
+        Step::Blocked(blockers) => Ok(Outcome::Blocked(blockers)),
+        Step::Import {
+            id,
+            backups,
+            patch,
+            imported,
+        } => {
+            backup(client, &ns, &id, &backups).await?;
+            patch_cr(
+                client,
+                cr,
+                patch,
+                "importing the legacy configuration into the CR",
+            )
+            .await?;
+            tracing::info!(imported = ?imported, "legacy configuration imported into the CR");
+            Ok(Outcome::Progressed(Reason::LegacyConfigurationImported))
+        }
+        Step::Teardown {
+            id,
+            backups,
+            objects,
+            left_alone,
+        } => {
+            backup(client, &ns, &id, &backups).await?;
+            take_over_mapping_crd(client).await?;
+            for object in &objects {
+                tear_down(client, object).await?;
+            }
+            patch_cr(
+                client,
+                cr,
+                json!({"metadata": {"annotations": {MIGRATION_ANNOTATION: "done"}}}),
+                "finishing the takeover",
+            )
+            .await?;
+            tracing::info!(takeover = %id, "legacy takeover done");
+            if left_alone.is_empty() {
+                Ok(Outcome::Progressed(Reason::LegacyMigrationDone))
+            } else {
+                Ok(Outcome::LeftAlone(left_alone))
+            }
+        }
+    }
+}
+
+/// Adopts, deletes or keeps one legacy object (a deletion of an object already gone succeeds).
+async fn tear_down(client: &Client, object: &plan::Teardown) -> Result<(), Error> {
+    let found = &object.found;
+    let Some(kind) = LEGACY_KINDS.get(found.kind_index) else {
+        return Ok(());
     };
-    // Only "in-progress" continues a takeover; any other value (the webhook refuses the annotation
-    // from anyone but the operator, but an older release or an admin may have written one) counts as
-    // no takeover, and a new one starts only where a legacy StatefulSet with its marks exists.
-    if state.as_deref() != Some("in-progress") {
-        if !legacy_present {
-            return Ok(Outcome::NotNeeded);
-        }
-        // First takeover, or a legacy installation back after a rollback: a new takeover with its
-        // own backups; earlier backups stay as history.
-        let id = new_takeover_id();
-        patch_cr(
-            client,
-            cr,
-            json!({"metadata": {"annotations": {MIGRATION_ANNOTATION: "in-progress",
-                TAKEOVER_ID_ANNOTATION: id, IMPORTED_ANNOTATION: null}}}),
-            "starting the takeover",
-        )
-        .await?;
-        tracing::info!(takeover = %id, "legacy reconciler installation detected; takeover started");
-        return Ok(Outcome::Progressed(
-            cp_api::reason::Reason::LegacyInstallationDetected,
-        ));
-    }
-    if id.is_empty() {
-        // Started by an operator release without takeover ids.
-        patch_cr(
-            client,
-            cr,
-            json!({"metadata": {"annotations": {TAKEOVER_ID_ANNOTATION: new_takeover_id()}}}),
-            "recording the takeover id",
-        )
-        .await?;
-        return Ok(Outcome::Progressed(
-            cp_api::reason::Reason::LegacyTakeoverIdRecorded,
-        ));
-    }
-
-    let facts = plan::gather(client, &ns, &id).await?;
-    let evidence = facts.legacy_statefulset
-        || facts.found.iter().any(|f| !f.ours && f.marked)
-        || !facts.backups.is_empty();
-    if !evidence && !cr.annotations().contains_key(IMPORTED_ANNOTATION) {
-        // A takeover "in progress" with no legacy installation, no backup of one and nothing imported:
-        // not a takeover this operator started. Nothing is imported, deleted or adopted.
-        tracing::warn!(takeover = %id, "takeover annotation without any legacy installation: nothing taken over");
-        patch_cr(
-            client,
-            cr,
-            json!({"metadata": {"annotations": {MIGRATION_ANNOTATION: "done"}}}),
-            "closing a takeover without a legacy installation",
-        )
-        .await?;
-        return Ok(Outcome::Progressed(
-            cp_api::reason::Reason::NoLegacyInstallation,
-        ));
-    }
-    let plan = plan::plan(&cr.spec, &facts, &id);
-    if !plan.blockers.is_empty() {
-        return Ok(Outcome::Blocked(plan.blockers));
-    }
-    backup(client, &ns, &id, &facts).await?;
-
-    if !cr.annotations().contains_key(IMPORTED_ANNOTATION) {
-        let summary = if plan.imported.is_empty() {
-            "nothing".to_string()
-        } else {
-            plan.imported.join(",")
-        };
-        let mut spec = json!({"config": plan.config});
-        if let Some(secret) = &plan.service_key_secret {
-            spec["secretConfig"] =
-                json!({"integration": {"connectivityService": {"secretName": secret}}});
-        }
-        patch_cr(
-            client,
-            cr,
-            json!({"metadata": {"annotations": {IMPORTED_ANNOTATION: summary}}, "spec": spec}),
-            "importing the legacy configuration into the CR",
-        )
-        .await?;
-        tracing::info!(imported = ?plan.imported, "legacy configuration imported into the CR");
-        return Ok(Outcome::Progressed(
-            cp_api::reason::Reason::LegacyConfigurationImported,
-        ));
-    }
-
-    take_over_mapping_crd(client).await?;
-    let shared_key_kept = !plan.keep.is_empty();
-    for found in facts.found.iter().filter(|f| !f.ours) {
-        let Some(kind) = LEGACY_KINDS.get(found.kind_index) else {
-            continue;
-        };
-        if !found.touchable(Some(kind.action)) {
-            tracing::warn!(object = %found.display(), "an object with a legacy name but no mark of the legacy installation: left alone");
-            continue;
-        }
-        let ar = kind.api_resource();
-        let api: Api<DynamicObject> = if found.namespace.is_empty() {
-            Api::all_with(client.clone(), &ar)
-        } else {
-            Api::namespaced_with(client.clone(), &found.namespace, &ar)
-        };
-        match kind.action {
-            Action::Adopt => {
-                // Relabel as ours; the install then applies our content over it.
-                let patch = json!({"metadata": {"labels": {
-                    names::LABEL_MANAGED_BY: names::MANAGED_BY_VALUE,
-                    names::LABEL_MODULE: names::MODULE_VALUE,
-                    names::LEGACY_LABEL_MANAGED_BY: null}}});
-                api.patch(&found.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map_err(|e| Error::kube(format!("adopting legacy {}", found.display()), e))?;
-                tracing::info!(object = %found.display(), "legacy object adopted");
-            }
-            Action::ServiceKey if shared_key_kept => {}
-            Action::Delete | Action::ServiceKey => {
-                match api.delete(&found.name, &DeleteParams::background()).await {
-                    Ok(_) => tracing::info!(object = %found.display(), "legacy object removed"),
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => {
-                        return Err(Error::kube(
-                            format!("removing legacy {}", found.display()),
-                            e,
-                        ));
-                    }
-                }
-            }
-        }
-    }
-    patch_cr(
-        client,
-        cr,
-        json!({"metadata": {"annotations": {MIGRATION_ANNOTATION: "done"}}}),
-        "finishing the takeover",
-    )
-    .await?;
-    tracing::info!(takeover = %id, "legacy takeover done");
-    if plan.left_alone.is_empty() {
-        Ok(Outcome::Progressed(
-            cp_api::reason::Reason::LegacyMigrationDone,
-        ))
+    let ar = kind.api_resource();
+    let api: Api<DynamicObject> = if found.namespace.is_empty() {
+        Api::all_with(client.clone(), &ar)
     } else {
-        Ok(Outcome::LeftAlone(plan.left_alone))
+        Api::namespaced_with(client.clone(), &found.namespace, &ar)
+    };
+    match object.disposition {
+        Disposition::LeaveAlone => {
+            tracing::warn!(object = %found.display(), "an object with a legacy name but no mark of the legacy installation: left alone");
+        }
+        Disposition::Adopt => {
+            // Relabel as ours; the install then applies our content over it.
+            let patch = json!({"metadata": {"labels": {
+                names::LABEL_MANAGED_BY: names::MANAGED_BY_VALUE,
+                names::LABEL_MODULE: names::MODULE_VALUE,
+                names::LEGACY_LABEL_MANAGED_BY: null}}});
+            api.patch(&found.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| Error::kube(format!("adopting legacy {}", found.display()), e))?;
+            tracing::info!(object = %found.display(), "legacy object adopted");
+        }
+        Disposition::Keep => {}
+        Disposition::Delete => match api.delete(&found.name, &DeleteParams::background()).await {
+            Ok(_) => tracing::info!(object = %found.display(), "legacy object removed"),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                return Err(Error::kube(
+                    format!("removing legacy {}", found.display()),
+                    e,
+                ));
+            }
+        },
     }
+    Ok(())
 }
 
 /// The ServiceMapping CRD becomes the module's (metadata only, never deleted).
@@ -304,16 +454,13 @@ async fn take_over_mapping_crd(client: &Client) -> Result<(), Error> {
 }
 
 /// Writes this takeover's backups of the live legacy ConfigMaps and the legacy service key, each once.
-async fn backup(client: &Client, ns: &str, id: &str, facts: &plan::Facts) -> Result<(), Error> {
+async fn backup(client: &Client, ns: &str, id: &str, backups: &Backups) -> Result<(), Error> {
     let meta = |name: &str, original: &str| {
         json!({"name": cp_api::keys::backup_name(name, id), "namespace": BACKUP_NAMESPACE, "labels": names::managed_labels(),
             "annotations": {BACKUP_OF_ANNOTATION: format!("{ns}/{original}"), TAKEOVER_ID_ANNOTATION: id}})
     };
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), BACKUP_NAMESPACE);
-    for (name, data) in &facts.live {
-        if facts.backups.contains_key(name) {
-            continue;
-        }
+    for (name, data) in &backups.config_maps {
         let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name, name), "data": data});
         cms.patch(
             &cp_api::keys::backup_name(name, id),
@@ -328,7 +475,7 @@ async fn backup(client: &Client, ns: &str, id: &str, facts: &plan::Facts) -> Res
             "legacy ConfigMap backed up to {BACKUP_NAMESPACE}"
         );
     }
-    if facts.legacy_service_key {
+    if backups.service_key {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), BACKUP_NAMESPACE);
         let backup_name = cp_api::keys::backup_name(LEGACY_SERVICE_KEY, id);
         let exists = secrets
@@ -364,3 +511,6 @@ async fn backup(client: &Client, ns: &str, id: &str, facts: &plan::Facts) -> Res
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,7 @@
 //! The takeover decided before it acts: [`gather`] reads what a legacy installation left (read-only);
 //! [`plan`] (pure) says what the takeover would import, back up, delete, adopt and keep, and what
-//! blocks it with the fix. The controller executes the plan; `cp-controller migrate-plan` prints it.
+//! blocks it with the fix. The controller's migration step ([`super::decide`]) builds on it;
+//! `cp-controller migrate-plan` prints it.
 
 use std::collections::BTreeMap;
 
@@ -115,6 +116,32 @@ pub struct Plan {
     pub left_alone: Vec<String>,
     /// What stops it.
     pub blockers: Vec<Blocker>,
+    /// Every legacy object that is not the operator's, in the order found, with what the teardown
+    /// does to it (the lists above as the teardown carries them out).
+    #[serde(skip)]
+    pub teardown: Vec<Teardown>,
+}
+
+/// What the teardown does to one legacy object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// No mark of the legacy installation: never touched, named in a Warning.
+    LeaveAlone,
+    /// Relabelled as the operator's (same name as one of its objects).
+    Adopt,
+    /// Kept as it is (the user's service key in shared tenant mode).
+    Keep,
+    /// Removed.
+    Delete,
+}
+
+/// One legacy object and what the teardown does to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Teardown {
+    /// The object.
+    pub found: Found,
+    /// What happens to it.
+    pub disposition: Disposition,
 }
 
 /// Whether an object carries the operator's managed-by label.
@@ -306,17 +333,29 @@ pub fn plan(spec: &ConnectivityProxySpec, facts: &Facts, id: &str) -> Plan {
     }
     for f in facts.found.iter().filter(|f| !f.ours) {
         let action = LEGACY_KINDS.get(f.kind_index).map(|k| k.action);
-        if !f.touchable(action) {
+        let disposition = if !f.touchable(action) {
             p.left_alone.push(f.display());
-            continue;
-        }
-        match action {
-            Some(Action::Adopt) => p.adopt.push(f.display()),
-            Some(Action::ServiceKey) if p.service_key_secret.is_some() || shared => {
-                p.keep.push(f.display())
+            Disposition::LeaveAlone
+        } else {
+            match action {
+                Some(Action::Adopt) => {
+                    p.adopt.push(f.display());
+                    Disposition::Adopt
+                }
+                Some(Action::ServiceKey) if p.service_key_secret.is_some() || shared => {
+                    p.keep.push(f.display());
+                    Disposition::Keep
+                }
+                _ => {
+                    p.delete.push(f.display());
+                    Disposition::Delete
+                }
             }
-            _ => p.delete.push(f.display()),
-        }
+        };
+        p.teardown.push(Teardown {
+            found: f.clone(),
+            disposition,
+        });
     }
     p
 }
@@ -382,12 +421,13 @@ pub fn render_text(p: &Plan) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     use cp_api::testing::default_spec;
 
-    fn legacy_facts(config: &str) -> Facts {
+    /// A complete legacy installation (every legacy object, marked) whose config is `config`.
+    pub(in crate::migration) fn legacy_facts(config: &str) -> Facts {
         let mut f = Facts {
             legacy_statefulset: true,
             legacy_service_key: true,
@@ -416,7 +456,7 @@ mod tests {
         f
     }
 
-    const DEDICATED: &str = "highAvailabilityMode: \"off\"\nservers:\n  businessDataTunnel:\n    externalHost: cp.example.com\nsubaccountId: sub-1\nsubaccountSubdomain: dom\ntenantMode: dedicated\n";
+    pub(in crate::migration) const DEDICATED: &str = "highAvailabilityMode: \"off\"\nservers:\n  businessDataTunnel:\n    externalHost: cp.example.com\nsubaccountId: sub-1\nsubaccountSubdomain: dom\ntenantMode: dedicated\n";
 
     #[test]
     fn objects_with_a_legacy_name_but_no_legacy_mark_are_left_alone_and_named() {

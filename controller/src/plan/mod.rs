@@ -264,13 +264,13 @@ fn dependencies(cr: &ConnectivityProxy, facts: &Facts, resync: Duration) -> Resu
 
 fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Cond) -> Plan {
     let resync = settings.resync;
-    let key = match crate::btp::service_key(cr, facts.binding.as_ref(), facts.key_secret.as_ref()) {
+    let key = match &facts.service_key {
         Ok(k) => k,
         Err(e) => {
             let failed = Cond::failed(
                 types::CONFIGURATION,
                 Reason::InvalidConfiguration,
-                e.to_string(),
+                e.clone(),
             );
             return blocked(State::Warning, vec![deps], failed, Then::Requeue(resync));
         }
@@ -303,7 +303,8 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         ca: facts.tunnel_ca.as_ref(),
         tls: facts.tunnel_tls.as_ref(),
     };
-    let tunnel = match tunnel::objects(cr, &resolved, provider, &settings.tunnel, live, facts.now) {
+    let built_in = facts.tunnel_rotation.as_ref();
+    let tunnel = match tunnel::objects(cr, &resolved, provider, &settings.tunnel, live, built_in) {
         Ok(t) => t,
         Err(e) => {
             let failed = Cond::failed(

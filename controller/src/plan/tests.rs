@@ -127,8 +127,10 @@ impl TestFacts {
             mappings: vec![],
             binding: Some(mk_binding(Some(true))),
             key_secret: Some(mk_key_secret(true)),
+            service_key: Ok(crate::btp::Outcome::default()),
             tunnel_ca: None,
             tunnel_tls: None,
+            tunnel_rotation: None,
             connectivity_ca: ConnectivityCa::Known {
                 url: "https://ca.example.org/api/v1/CAs".into(),
                 pem: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n".into(),
@@ -147,7 +149,7 @@ impl TestFacts {
     /// The same cluster after the plan's writes landed: every desired object live as applied
     /// (unchanged when the plan installs nothing).
     fn applied(mut self, cr: &ConnectivityProxy) -> Self {
-        let Plan::Install(install) = plan(cr, &self.0, &settings()) else {
+        let Plan::Install(install) = run(cr, &self) else {
             return self;
         };
         for w in &install.writes {
@@ -179,8 +181,20 @@ type Case<'a> = (
     (State, Reason, Option<Duration>),
 );
 
+/// `facts` with the service key and the built-in tunnel certificate's rotation settled from them for
+/// `cr`, as gather does.
+fn gathered(cr: &ConnectivityProxy, facts: &TestFacts) -> Facts {
+    let mut facts = facts.0.clone();
+    facts.resolve_service_key(cr);
+    let key = facts.service_key.as_ref().ok().and_then(|k| k.key.as_ref());
+    if let Ok(resolved) = desired::resolve(cr, &facts.cluster_facts(key)) {
+        facts.rotate_tunnel(cr, &resolved, &settings().tunnel);
+    }
+    facts
+}
+
 fn run(cr: &ConnectivityProxy, facts: &TestFacts) -> Plan {
-    plan(cr, &facts.0, &settings())
+    plan(cr, &gathered(cr, facts), &settings())
 }
 
 /// (state, reason, requeue) of a plan that writes a status.
@@ -226,6 +240,29 @@ fn a_fresh_cluster_applies_everything_and_waits_for_the_rollout() {
     assert_eq!(i.requeue, NOT_READY_RECHECK);
     assert_eq!(i.resolved.external_host, format!("cp.{DOMAIN}"));
     assert!(i.tunnel.issued, "the built-in tunnel certificate is issued");
+}
+
+#[test]
+fn the_plan_is_pure_new_tunnel_keys_come_from_gather() {
+    let cr = mk_default_cr();
+    let facts = gathered(&cr, &TestFacts::ready());
+    assert!(matches!(facts.tunnel_rotation, Some(Ok(_))));
+    let first = plan(&cr, &facts, &settings());
+    assert!(install(first.clone()).tunnel.issued);
+    assert_eq!(
+        plan(&cr, &facts, &settings()),
+        first,
+        "the same facts, the same keys"
+    );
+    // Facts without the prepared certificate fail the certificate, they do not panic.
+    let unprepared = Facts {
+        tunnel_rotation: None,
+        ..facts
+    };
+    assert_eq!(
+        outcome(&plan(&cr, &unprepared, &settings())),
+        (State::Error, Reason::CertificateFailed, None)
+    );
 }
 
 #[test]
