@@ -63,7 +63,7 @@ check: preflight
 ## node (root), the node running images built with the test-image profile.
 test: k8s-bins node-bins lint deny build test-images
 	@bash hack/preflight.sh test >/dev/null
-	cargo test --workspace --no-fail-fast
+	@bash hack/test.sh
 	@$(MAKE) --no-print-directory check-leaks
 
 ## Fails if a control-plane process outlived the tests (the watchdog stops them within seconds).
