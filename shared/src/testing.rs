@@ -48,15 +48,21 @@ pub fn cr(spec: Value) -> ConnectivityProxy {
     named_cr(names::KYMA_SYSTEM, CR_NAME, spec)
 }
 
-/// A ConnectivityProxy `namespace/name` (uid `u-1`) with `spec`.
-pub fn named_cr(namespace: &str, name: &str, spec: Value) -> ConnectivityProxy {
-    serde_json::from_value(json!({
+/// A ConnectivityProxy `namespace/name` with `spec`, as JSON and as a client sends it (no uid).
+pub fn cr_json(namespace: &str, name: &str, spec: Value) -> Value {
+    json!({
         "apiVersion": "connectivityproxy.sap.com/v1",
         "kind": "ConnectivityProxy",
-        "metadata": {"name": name, "namespace": namespace, "uid": "u-1"},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": spec
-    }))
-    .unwrap_or_else(|e| panic!("test CR {namespace}/{name}: {e}"))
+    })
+}
+
+/// A ConnectivityProxy `namespace/name` (uid `u-1`) with `spec`.
+pub fn named_cr(namespace: &str, name: &str, spec: Value) -> ConnectivityProxy {
+    let mut v = cr_json(namespace, name, spec);
+    v["metadata"]["uid"] = json!("u-1");
+    serde_json::from_value(v).unwrap_or_else(|e| panic!("test CR {namespace}/{name}: {e}"))
 }
 
 /// The module's default CR, `kyma-system/connectivity-proxy`.

@@ -120,3 +120,14 @@ pub async fn apply(client: &Client, files: &[&str], namespace: Option<&str>) -> 
     }
     Ok(())
 }
+
+/// The absolute path of the dashboard form item `item` (its `path`) in a form group at `prefix` (`""`:
+/// the top level).
+pub fn form_item_path(prefix: &str, item: &Value) -> String {
+    let path = item["path"].as_str().unwrap_or_default();
+    if prefix.is_empty() {
+        path.to_string()
+    } else {
+        format!("{prefix}.{path}")
+    }
+}

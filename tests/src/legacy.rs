@@ -266,15 +266,7 @@ pub async fn assert_taken_over(admin: &Client, before: &MappingSnapshot, http_po
         Some("connectivity-proxy-operator")
     );
     let cm: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(admin.clone(), NS);
-    let yml = cm
-        .get("connectivity-proxy")
-        .await
-        .expect("config")
-        .data
-        .unwrap_or_default()
-        .get("connectivity-proxy-config.yml")
-        .cloned()
-        .unwrap_or_default();
+    let yml = crate::support::proxy_config_yml(cm.get("connectivity-proxy").await.expect("config"));
     assert!(
         yml.contains("externalHost: cp.legacy.kyma.example.com"),
         "{yml}"
@@ -316,18 +308,11 @@ pub const STEPS: [Step; 3] = [
 /// Waits until the CR carries the mark of `step`; while it does not, shows the CR's status.
 pub async fn wait_step(admin: &Client, (what, reached): Step, within: Duration) {
     let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
-    crate::wait::until(what, within, || {
-        let api = api.clone();
-        async move {
-            let cr = api
-                .get("connectivity-proxy")
-                .await
-                .map_err(|e| e.to_string())?;
-            if reached(&cr) {
-                Ok(Some(()))
-            } else {
-                Err(format!("{:?}", cr.status.and_then(|s| s.description)))
-            }
+    crate::wait::until_object(&api, "connectivity-proxy", what, within, |cr| {
+        if reached(&cr) {
+            Ok(Some(()))
+        } else {
+            Err(format!("{:?}", cr.status.and_then(|s| s.description)))
         }
     })
     .await

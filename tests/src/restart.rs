@@ -97,3 +97,15 @@ pub async fn assert_alive(cp: &ControlPlane, metrics_addr: &str, name: &str) {
         cp.log_tail(name, 30)
     );
 }
+
+/// Starts controller `cp-controller` for a restart test: resyncing every 5 s, and leaving the webhook's
+/// certificates alone (the test webhook serves its own).
+pub async fn start_controller(cp: &ControlPlane) -> crate::controller::ControllerProcess {
+    crate::controller::ControllerProcess::start(
+        cp,
+        "cp-controller",
+        &["--resync-seconds=5", "--manage-webhook-certs=false"],
+    )
+    .await
+    .expect("controller")
+}

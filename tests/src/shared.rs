@@ -21,6 +21,32 @@ pub fn control_plane() -> Arc<ControlPlane> {
 /// A user with edit rights on both kinds (and nothing else).
 pub const ALICE: &str = "alice";
 
+/// The group of every authenticated user, for [`alice_client`].
+pub const AUTHENTICATED: &[&str] = &["system:authenticated"];
+
+/// A client of the shared control plane as [`ALICE`], member of `groups`.
+pub async fn alice_client(groups: &[&str]) -> kube::Client {
+    control_plane()
+        .client(&crate::Identity::User {
+            name: ALICE.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        })
+        .await
+        .expect("a client for alice")
+}
+
+/// A client of the shared control plane as the operator's ServiceAccount
+/// (`kyma-system/connectivity-proxy-controller`): what a stolen controller token can do.
+pub async fn operator_client() -> kube::Client {
+    control_plane()
+        .client(&crate::Identity::ServiceAccount {
+            namespace: cp_api::names::KYMA_SYSTEM.into(),
+            name: cp_api::names::CONTROLLER_SERVICE_ACCOUNT.into(),
+        })
+        .await
+        .expect("a client as the operator's ServiceAccount")
+}
+
 /// The webhook started once per test binary and registered in the API server, with `system:masters`
 /// privileged (cluster admins may override `spec.deployment`), plus RBAC for [`ALICE`] and the
 /// operator's ServiceAccount. Returns once the API server routes admission through it.

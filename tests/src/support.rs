@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cp_api::{ConnectivityProxy, State};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::{Mutex, MutexGuard};
@@ -151,6 +151,32 @@ pub async fn create_default_cr(admin: &Client, ns: &str, name: &str) -> Connecti
         .expect("create CR")
 }
 
+/// Deletes the CRDs `crds` (of `what`, e.g. Istio), creates the default CR `connectivity-proxy` in
+/// [`NS`] and waits (15 s) until it is in Warning with `reason`; returns its status description.
+pub async fn default_cr_without_crds(
+    admin: &Client,
+    crds: &[&str],
+    what: &str,
+    reason: &str,
+) -> String {
+    for crd in crds {
+        crate::manifest::delete_crd(admin, crd)
+            .await
+            .unwrap_or_else(|e| panic!("delete {what} CRD: {e:?}"));
+    }
+    create_default_cr(admin, NS, "connectivity-proxy").await;
+    let cr = wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Warning,
+        Some(reason),
+        Duration::from_secs(15),
+    )
+    .await;
+    cr.status.and_then(|s| s.description).unwrap_or_default()
+}
+
 /// Waits until the CR reports `state` with `reason` in some condition; returns it.
 pub async fn wait_state(
     admin: &Client,
@@ -247,10 +273,51 @@ pub async fn play_until_ready(admin: &Client, ns: &str, cr: &str) {
 /// A user's edit of `spec.config.servers.proxy.http.port` (a merge patch).
 pub async fn set_http_port(admin: &Client, ns: &str, cr: &str, port: i64) {
     let edit = json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": port}}}}}});
+    edit_cr(
+        admin,
+        ns,
+        cr,
+        &edit,
+        "edit spec.config.servers.proxy.http.port",
+    )
+    .await;
+}
+
+/// A user's merge patch `edit` of the CR `ns/cr`; panics with `what` if the API server refuses it.
+pub async fn edit_cr(
+    admin: &Client,
+    ns: &str,
+    cr: &str,
+    edit: &serde_json::Value,
+    what: &str,
+) -> ConnectivityProxy {
     Api::<ConnectivityProxy>::namespaced(admin.clone(), ns)
-        .patch(cr, &PatchParams::default(), &Patch::Merge(&edit))
+        .patch(cr, &PatchParams::default(), &Patch::Merge(edit))
         .await
-        .expect("edit spec.config.servers.proxy.http.port");
+        .expect(what)
+}
+
+/// `onpremise_proxy_http_port` as ConfigMap `connectivity-proxy-info` (of `cms`) publishes it (empty
+/// without one).
+pub async fn info_http_port(cms: &Api<ConfigMap>) -> Result<String, String> {
+    let info = cms
+        .get("connectivity-proxy-info")
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(info
+        .data
+        .and_then(|d| d.get("onpremise_proxy_http_port").cloned())
+        .unwrap_or_default())
+}
+
+/// The proxy's configuration file `connectivity-proxy-config.yml` in ConfigMap `cm` (empty without
+/// one).
+pub fn proxy_config_yml(cm: ConfigMap) -> String {
+    cm.data
+        .unwrap_or_default()
+        .get("connectivity-proxy-config.yml")
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// Waits until ConfigMap `connectivity-proxy-info` publishes `port`; while it does not, says which
@@ -268,14 +335,7 @@ pub async fn wait_info_port(
     crate::wait::until(what, within, || {
         let (cms, crs) = (cms.clone(), crs.clone());
         async move {
-            let info = cms
-                .get("connectivity-proxy-info")
-                .await
-                .map_err(|e| e.to_string())?;
-            let got = info
-                .data
-                .and_then(|d| d.get("onpremise_proxy_http_port").cloned())
-                .unwrap_or_default();
+            let got = info_http_port(&cms).await?;
             if got == port.to_string() {
                 return Ok(Some(()));
             }
@@ -292,4 +352,19 @@ pub async fn wait_info_port(
     })
     .await
     .expect(what);
+}
+
+/// The `v1` resource `kind` (plural `plural`) of API group `group` (`""`: the core group).
+pub fn v1_resource(group: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: "v1".into(),
+        api_version: if group.is_empty() {
+            "v1".into()
+        } else {
+            format!("{group}/v1")
+        },
+        kind: kind.into(),
+        plural: plural.into(),
+    }
 }

@@ -63,3 +63,58 @@ pub async fn admission_active(client: &kube::Client) -> anyhow::Result<()> {
     );
     admitted(&api, "the API server to call the webhook").await
 }
+
+/// Polls object `name` of `api` until `check` on it returns `Some` (`Err(why)`: not yet, and why),
+/// or fails after `timeout` with `what` and the last observation (or the last failed read).
+pub async fn until_object<K, T, C>(
+    api: &kube::api::Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: C,
+) -> anyhow::Result<T>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    C: Fn(K) -> Result<Option<T>, String>,
+{
+    let check = &check;
+    until(what, timeout, || {
+        let api = api.clone();
+        async move { check(api.get(name).await.map_err(|e| e.to_string())?) }
+    })
+    .await
+}
+
+/// Whether [`until_presence`] waits for an object to be there or to be gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presence {
+    /// The object exists.
+    Present,
+    /// The object does not exist.
+    Gone,
+}
+
+/// Waits until `api`'s object `name` is `wanted` (there, or gone); fails after `timeout` with `what`.
+pub async fn until_presence<K>(
+    api: &kube::api::Api<K>,
+    name: &str,
+    wanted: Presence,
+    what: &str,
+    timeout: Duration,
+) -> anyhow::Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    until(what, timeout, || {
+        let api = api.clone();
+        async move {
+            let found = api.get_opt(name).await.map_err(|e| e.to_string())?;
+            match (found.is_some(), wanted) {
+                (true, Presence::Present) | (false, Presence::Gone) => Ok(Some(())),
+                (true, Presence::Gone) => Err(format!("{name} is still there")),
+                (false, Presence::Present) => Err(format!("no {name} yet")),
+            }
+        }
+    })
+    .await
+}

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cp_api::{ConnectivityProxy, names};
-use cp_tests::cluster::{Identity, ensure_namespace};
+use cp_tests::cluster::ensure_namespace;
 use cp_tests::controller::ControllerProcess;
 use cp_tests::fixtures::{self, default_connectivity_proxy, default_cr, install_our_crds};
 use cp_tests::manifest;
-use cp_tests::shared::{ALICE, EDITOR_RBAC, control_plane};
+use cp_tests::shared::{EDITOR_RBAC, alice_client, control_plane};
 use cp_tests::webhook::{Webhook, metric};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -82,13 +82,7 @@ async fn webhook_certificate_and_ca_rotate_without_a_failed_admission_request() 
     front.register(&admin).await.expect("register");
 
     let ns = cp.namespace("rotation").await.expect("ns");
-    let alice = cp
-        .client(&Identity::User {
-            name: ALICE.into(),
-            groups: vec![],
-        })
-        .await
-        .expect("alice");
+    let alice = alice_client(&[]).await;
     let api: Api<DynamicObject> =
         Api::namespaced_with(alice, &ns, &ApiResource::erase::<ConnectivityProxy>(&()));
     let probe: DynamicObject = serde_json::from_value(default_cr("probe")).expect("cr");
@@ -245,17 +239,13 @@ async fn install_dependencies(admin: &kube::Client) {
 async fn delete_cr_and_wait(admin: &kube::Client) {
     let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), "kyma-system");
     let _ = api.delete("connectivity-proxy", &Default::default()).await;
-    cp_tests::wait::until("the CR is gone", Duration::from_secs(20), || {
-        let api = api.clone();
-        async move {
-            Ok(api
-                .get_opt("connectivity-proxy")
-                .await
-                .map_err(|e| e.to_string())?
-                .is_none()
-                .then_some(()))
-        }
-    })
+    cp_tests::wait::until_presence(
+        &api,
+        "connectivity-proxy",
+        cp_tests::wait::Presence::Gone,
+        "the CR is gone",
+        Duration::from_secs(20),
+    )
     .await
     .expect("deleted");
 }

@@ -34,22 +34,17 @@ async fn legacy_install_is_taken_over_then_the_operator_is_upgraded() {
     )
     .await
     .expect("controller v2");
-    let cr = cp_tests::wait::until(
+    let cr = cp_tests::wait::until_object(
+        &api,
+        "connectivity-proxy",
         "spec.deployment moves to the new release's defaults",
         Duration::from_secs(20),
-        || {
-            let api = api.clone();
-            async move {
-                let cr = api
-                    .get("connectivity-proxy")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let d = serde_json::to_value(&cr.spec.deployment).map_err(|e| e.to_string())?;
-                if d["image"]["tag"] == "2.99.0" && d["replicaCount"] == 2 {
-                    Ok(Some(cr))
-                } else {
-                    Err(d.to_string())
-                }
+        |cr| {
+            let d = serde_json::to_value(&cr.spec.deployment).map_err(|e| e.to_string())?;
+            if d["image"]["tag"] == "2.99.0" && d["replicaCount"] == 2 {
+                Ok(Some(cr))
+            } else {
+                Err(d.to_string())
             }
         },
     )
@@ -62,27 +57,22 @@ async fn legacy_install_is_taken_over_then_the_operator_is_upgraded() {
     );
     let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> =
         Api::namespaced(admin.clone(), legacy::NS);
-    cp_tests::wait::until(
+    cp_tests::wait::until_object(
+        &sts,
+        "connectivity-proxy",
         "the StatefulSet runs the new image",
         Duration::from_secs(20),
-        || {
-            let sts = sts.clone();
-            async move {
-                let s = sts
-                    .get("connectivity-proxy")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let image = s
-                    .spec
-                    .template
-                    .spec
-                    .and_then(|p| p.containers.first().and_then(|c| c.image.clone()))
-                    .unwrap_or_default();
-                if image.ends_with(":2.99.0") {
-                    Ok(Some(()))
-                } else {
-                    Err(image)
-                }
+        |s| {
+            let image = s
+                .spec
+                .template
+                .spec
+                .and_then(|p| p.containers.first().and_then(|c| c.image.clone()))
+                .unwrap_or_default();
+            if image.ends_with(":2.99.0") {
+                Ok(Some(()))
+            } else {
+                Err(image)
             }
         },
     )

@@ -143,20 +143,12 @@ async fn shared_tenant_key_is_kept_and_a_second_takeover_imports_the_current_leg
             .await
             .map(|_| ()),
     );
-    cp_tests::wait::until(
+    cp_tests::wait::until_presence(
+        &cms,
+        "connectivity-proxy",
+        cp_tests::wait::Presence::Gone,
         "the operator's ConfigMap gone",
         Duration::from_secs(20),
-        || {
-            let cms = cms.clone();
-            async move {
-                Ok(cms
-                    .get_opt("connectivity-proxy")
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .is_none()
-                    .then_some(()))
-            }
-        },
     )
     .await
     .expect("gone");
@@ -185,12 +177,7 @@ async fn shared_tenant_key_is_kept_and_a_second_takeover_imports_the_current_leg
     )
     .await;
     let cm = cms.get("connectivity-proxy").await.expect("legacy config");
-    let yml = cm
-        .data
-        .unwrap_or_default()
-        .get("connectivity-proxy-config.yml")
-        .cloned()
-        .unwrap_or_default();
+    let yml = cp_tests::support::proxy_config_yml(cm);
     assert!(
         yml.contains("enableProxyAuthorization: true"),
         "the edit took: {yml}"

@@ -118,30 +118,25 @@ async fn migrate_plan_previews_and_a_blocker_stops_the_takeover_until_fixed() {
 /// Waits until the CR is in Warning, reason LegacyMigrationBlocked, with a message naming every needle.
 async fn wait_blocked_naming(admin: &kube::Client, needles: &[&str]) -> String {
     let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), legacy::NS);
-    cp_tests::wait::until(
+    cp_tests::wait::until_object(
+        &crs,
+        "connectivity-proxy",
         &format!("Warning LegacyMigrationBlocked naming {needles:?}"),
         Duration::from_secs(40),
-        || {
-            let crs = crs.clone();
-            async move {
-                let cr = crs
-                    .get("connectivity-proxy")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let st = cr.status.unwrap_or_default();
-                let blocked = st
-                    .conditions
-                    .iter()
-                    .any(|c| c.reason == "LegacyMigrationBlocked");
-                let msg = st.description.unwrap_or_default();
-                if st.state == Some(State::Warning)
-                    && blocked
-                    && needles.iter().all(|n| msg.contains(n))
-                {
-                    Ok(Some(msg))
-                } else {
-                    Err(format!("{:?}: {msg}", st.state))
-                }
+        |cr| {
+            let st = cr.status.unwrap_or_default();
+            let blocked = st
+                .conditions
+                .iter()
+                .any(|c| c.reason == "LegacyMigrationBlocked");
+            let msg = st.description.unwrap_or_default();
+            if st.state == Some(State::Warning)
+                && blocked
+                && needles.iter().all(|n| msg.contains(n))
+            {
+                Ok(Some(msg))
+            } else {
+                Err(format!("{:?}: {msg}", st.state))
             }
         },
     )

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use cp_tests::controller::ControllerProcess;
 use cp_tests::{legacy, restart, shared};
 
 #[tokio::test]
@@ -14,17 +13,7 @@ async fn api_server_and_etcd_restarts_during_a_legacy_migration_lose_nothing() {
     let admin = cp.admin().await.expect("admin");
     let before = legacy::legacy_cluster(&admin).await;
     let webhook = shared::webhook().await;
-    let controller = ControllerProcess::start(
-        &cp,
-        "cp-controller",
-        &[
-            "--resync-seconds=5",
-            // The test webhook serves its own certificate.
-            "--manage-webhook-certs=false",
-        ],
-    )
-    .await
-    .expect("controller");
+    let controller = restart::start_controller(&cp).await;
     legacy::create_default_cr(&admin).await;
 
     for (component, step) in [

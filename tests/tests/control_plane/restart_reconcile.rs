@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use cp_api::{ConnectivityProxy, ServiceMapping};
-use cp_tests::controller::ControllerProcess;
 use cp_tests::support::{self, NS};
 use cp_tests::{fixtures, restart, shared};
 use kube::api::Api;
@@ -29,17 +28,7 @@ async fn api_server_and_etcd_restarts_during_reconcile_lose_nothing() {
     support::install_btp(&admin).await;
     support::set_domain(&admin, Some(support::DOMAIN)).await;
     let webhook = shared::webhook().await;
-    let controller = ControllerProcess::start(
-        &cp,
-        "cp-controller",
-        &[
-            "--resync-seconds=5",
-            // The test webhook serves its own certificate.
-            "--manage-webhook-certs=false",
-        ],
-    )
-    .await
-    .expect("controller");
+    let controller = restart::start_controller(&cp).await;
 
     support::create_default_cr(&admin, NS, "connectivity-proxy").await;
     for i in 0..MAPPINGS {

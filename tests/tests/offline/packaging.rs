@@ -59,12 +59,7 @@ fn dashboard_extension_has_every_section() {
 
 fn form_paths(items: &Value, prefix: &str, out: &mut Vec<String>) {
     for item in items.as_array().into_iter().flatten() {
-        let path = item["path"].as_str().unwrap_or_default();
-        let full = if prefix.is_empty() {
-            path.to_string()
-        } else {
-            format!("{prefix}.{path}")
-        };
+        let full = cp_tests::fixtures::form_item_path(prefix, item);
         out.push(full.clone());
         if let Some(children) = item.get("children") {
             form_paths(children, &full, out);

@@ -27,21 +27,28 @@ fn review_body(kind: &str, op: &str, user: &str, object: Value, old: Option<Valu
     .expect("json")
 }
 
+/// A review of `op` on a ConnectivityProxy by `user`.
+fn cr_review(op: &str, user: &str, object: Value, old: Option<Value>) -> Vec<u8> {
+    review_body("ConnectivityProxy", op, user, object, old)
+}
+
+/// A review of alice's update of the CR `old` to `new`.
+fn alice_update(new: Value, old: Value) -> Vec<u8> {
+    cr_review("UPDATE", "alice", new, Some(old))
+}
+
+/// A review of `op` on a ServiceMapping by `user`.
+fn mapping_review(op: &str, user: &str, object: Value, old: Option<Value>) -> Vec<u8> {
+    review_body("ServiceMapping", op, user, object, old)
+}
+
+/// The module's default CR (`kyma-system/connectivity-proxy`) as a client sends it.
 fn default_cr() -> Value {
-    json!({
-        "apiVersion": "connectivityproxy.sap.com/v1",
-        "kind": "ConnectivityProxy",
-        "metadata": {"name": "connectivity-proxy", "namespace": "kyma-system"},
-        "spec": {
-            "config": {
-                "servers": {"businessDataTunnel": {"externalHost": "auto-provision"}},
-                "subaccountId": "auto-provision",
-                "subaccountSubdomain": "auto-provision"
-            },
-            "ingress": {"tls": {"secretName": "auto-provision"}},
-            "secretConfig": {"integration": {"connectivityService": {"secretName": "auto-provision"}}}
-        }
-    })
+    cp_api::testing::cr_json(
+        cp_api::names::KYMA_SYSTEM,
+        cp_api::testing::CR_NAME,
+        cp_api::testing::default_spec_json(),
+    )
 }
 
 fn defaulted_cr() -> Value {
@@ -64,9 +71,33 @@ fn run(endpoint: Endpoint, body: &[u8], facts: Facts) -> (Response, Decision) {
     review(endpoint, &req, &policy(), &|| facts.clone())
 }
 
+/// The validating endpoint's answer to `body`, with no ServiceMappings and no shared tenant.
+fn validate(body: &[u8]) -> (Response, Decision) {
+    run(Endpoint::Validate, body, Facts::default())
+}
+
+/// Asserts that the validating endpoint denies `body` with a message naming `field`; returns the
+/// answer.
+#[track_caller]
+fn assert_denied_naming(body: &[u8], field: &str) -> Response {
+    let (resp, d) = validate(body);
+    assert_eq!(
+        d,
+        Decision::Denied,
+        "denied naming {field}: {}",
+        resp.result.message
+    );
+    assert!(
+        resp.result.message.contains(field),
+        "the denial names {field}: {}",
+        resp.result.message
+    );
+    resp
+}
+
 #[test]
 fn mutate_injects_complete_defaults_on_create() {
-    let body = review_body("ConnectivityProxy", "CREATE", "alice", default_cr(), None);
+    let body = cr_review("CREATE", "alice", default_cr(), None);
     let req = decode(&body).expect("decode");
     let patch = mutate(&req).expect("ok").expect("a patch");
     let mut obj = default_cr();
@@ -84,13 +115,7 @@ fn mutate_injects_complete_defaults_on_create() {
 
 #[test]
 fn mutate_is_idempotent_and_fills_only_missing() {
-    let body = review_body(
-        "ConnectivityProxy",
-        "UPDATE",
-        "alice",
-        defaulted_cr(),
-        Some(defaulted_cr()),
-    );
+    let body = alice_update(defaulted_cr(), defaulted_cr());
     assert!(
         mutate(&decode(&body).expect("decode"))
             .expect("ok")
@@ -101,13 +126,7 @@ fn mutate_is_idempotent_and_fills_only_missing() {
     partial["spec"]["deployment"]["image"]
         .as_object_mut()
         .map(|i| i.remove("tag"));
-    let body = review_body(
-        "ConnectivityProxy",
-        "UPDATE",
-        "alice",
-        partial.clone(),
-        Some(defaulted_cr()),
-    );
+    let body = alice_update(partial.clone(), defaulted_cr());
     let patch = mutate(&decode(&body).expect("decode"))
         .expect("ok")
         .expect("patch");
@@ -127,20 +146,8 @@ fn normal_user_cannot_change_deployment() {
     let mut new = defaulted_cr();
     new["spec"]["deployment"]["replicaCount"] = json!(5);
     new["spec"]["deployment"]["image"]["tag"] = json!("evil");
-    let body = review_body(
-        "ConnectivityProxy",
-        "UPDATE",
-        "alice",
-        new.clone(),
-        Some(defaulted_cr()),
-    );
-    let (resp, d) = run(Endpoint::Validate, &body, Facts::default());
-    assert_eq!(d, Decision::Denied);
-    assert!(
-        resp.result.message.contains("spec.deployment.replicaCount"),
-        "{}",
-        resp.result.message
-    );
+    let body = alice_update(new.clone(), defaulted_cr());
+    let resp = assert_denied_naming(&body, "spec.deployment.replicaCount");
     assert!(
         resp.result.message.contains("spec.deployment.image.tag"),
         "{}",
@@ -152,66 +159,40 @@ fn normal_user_cannot_change_deployment() {
         resp.result.message
     );
     let op = "system:serviceaccount:kyma-system:cp-controller";
-    let body = review_body("ConnectivityProxy", "UPDATE", op, new, Some(defaulted_cr()));
-    assert_eq!(
-        run(Endpoint::Validate, &body, Facts::default()).1,
-        Decision::Allowed
-    );
+    let body = cr_review("UPDATE", op, new, Some(defaulted_cr()));
+    assert_eq!(validate(&body).1, Decision::Allowed);
 }
 
 #[test]
 fn create_with_non_default_deployment_is_refused_for_users() {
     let mut new = defaulted_cr();
     new["spec"]["deployment"]["replicaCount"] = json!(2);
-    let body = review_body("ConnectivityProxy", "CREATE", "alice", new, None);
-    let (resp, d) = run(Endpoint::Validate, &body, Facts::default());
-    assert_eq!(d, Decision::Denied);
-    assert!(resp.result.message.contains("spec.deployment.replicaCount"));
+    let body = cr_review("CREATE", "alice", new, None);
+    assert_denied_naming(&body, "spec.deployment.replicaCount");
 }
 
 #[test]
 fn user_fields_may_change() {
     let mut new = defaulted_cr();
     new["spec"]["config"]["servers"]["proxy"] = json!({"http": {"port": 20100}});
-    let body = review_body(
-        "ConnectivityProxy",
-        "UPDATE",
-        "alice",
-        new,
-        Some(defaulted_cr()),
-    );
-    assert_eq!(
-        run(Endpoint::Validate, &body, Facts::default()).1,
-        Decision::Allowed
-    );
+    let body = alice_update(new, defaulted_cr());
+    assert_eq!(validate(&body).1, Decision::Allowed);
 }
 
 #[test]
 fn cross_field_rules_are_enforced() {
     let mut new = defaulted_cr();
     new["spec"]["config"]["multiRegionMode"] = json!({"enabled": true});
-    let body = review_body("ConnectivityProxy", "CREATE", "alice", new, None);
-    let (resp, d) = run(Endpoint::Validate, &body, Facts::default());
-    assert_eq!(d, Decision::Denied);
-    assert!(
-        resp.result
-            .message
-            .contains("spec.config.multiRegionMode.configMapName")
-    );
+    let body = cr_review("CREATE", "alice", new, None);
+    assert_denied_naming(&body, "spec.config.multiRegionMode.configMapName");
 }
 
 #[test]
 fn unknown_fields_are_refused() {
     let mut new = defaulted_cr();
     new["spec"]["config"]["bogus"] = json!(1);
-    let body = review_body("ConnectivityProxy", "CREATE", "alice", new, None);
-    let (resp, d) = run(Endpoint::Validate, &body, Facts::default());
-    assert_eq!(d, Decision::Denied);
-    assert!(
-        resp.result.message.contains("spec.config.bogus"),
-        "{}",
-        resp.result.message
-    );
+    let body = cr_review("CREATE", "alice", new, None);
+    assert_denied_naming(&body, "spec.config.bogus");
 }
 
 fn mapping(name: &str, service: &str) -> Value {
@@ -233,13 +214,7 @@ fn duplicate_mapping_is_refused() {
         ])),
         shared_tenant: false,
     };
-    let body = review_body(
-        "ServiceMapping",
-        "CREATE",
-        "alice",
-        mapping("b", "s4"),
-        None,
-    );
+    let body = mapping_review("CREATE", "alice", mapping("b", "s4"), None);
     let (resp, d) = run(Endpoint::ValidateServiceMapping, &body, facts.clone());
     assert_eq!(d, Decision::Denied);
     assert!(
@@ -250,8 +225,7 @@ fn duplicate_mapping_is_refused() {
         resp.result.message
     );
     // Updating the mapping itself is not a duplicate.
-    let body = review_body(
-        "ServiceMapping",
+    let body = mapping_review(
         "UPDATE",
         "alice",
         mapping("a", "s4"),
@@ -261,13 +235,7 @@ fn duplicate_mapping_is_refused() {
         run(Endpoint::ValidateServiceMapping, &body, facts.clone()).1,
         Decision::Allowed
     );
-    let body = review_body(
-        "ServiceMapping",
-        "CREATE",
-        "alice",
-        mapping("c", "other"),
-        None,
-    );
+    let body = mapping_review("CREATE", "alice", mapping("c", "other"), None);
     assert_eq!(
         run(Endpoint::ValidateServiceMapping, &body, facts).1,
         Decision::Allowed
@@ -291,14 +259,8 @@ fn bad_input_is_rejected_without_panic() {
         );
     }
     // A request without an object is denied, not a panic.
-    let mut v: Value = serde_json::from_slice(&review_body(
-        "ConnectivityProxy",
-        "CREATE",
-        "alice",
-        default_cr(),
-        None,
-    ))
-    .expect("json");
+    let mut v: Value =
+        serde_json::from_slice(&cr_review("CREATE", "alice", default_cr(), None)).expect("json");
     v["request"]["object"] = Value::Null;
     let body = serde_json::to_vec(&v).expect("json");
     for ep in [
@@ -311,17 +273,14 @@ fn bad_input_is_rejected_without_panic() {
         assert!(!resp.result.message.is_empty());
     }
     // The wrong kind on an endpoint is denied.
-    let body = review_body("ServiceMapping", "CREATE", "alice", mapping("a", "s"), None);
-    assert_eq!(
-        run(Endpoint::Validate, &body, Facts::default()).1,
-        Decision::Denied
-    );
+    let body = mapping_review("CREATE", "alice", mapping("a", "s"), None);
+    assert_eq!(validate(&body).1, Decision::Denied);
 }
 
 #[test]
 fn the_answer_is_an_admission_review_with_a_single_operation_base64_patch() {
     use base64::Engine;
-    let body = review_body("ConnectivityProxy", "CREATE", "alice", default_cr(), None);
+    let body = cr_review("CREATE", "alice", default_cr(), None);
     let (resp, _) = run(Endpoint::Mutate, &body, Facts::default());
     let raw_patch = resp.patch_bytes().expect("a patch");
     let ours: Value =
@@ -356,14 +315,8 @@ fn the_answer_is_an_admission_review_with_a_single_operation_base64_patch() {
     // A denial carries a Failure status with code, reason and message, and no patch.
     let mut new = defaulted_cr();
     new["spec"]["deployment"]["replicaCount"] = json!(5);
-    let body = review_body(
-        "ConnectivityProxy",
-        "UPDATE",
-        "alice",
-        new,
-        Some(defaulted_cr()),
-    );
-    let (resp, d) = run(Endpoint::Validate, &body, Facts::default());
+    let body = alice_update(new, defaulted_cr());
+    let (resp, d) = validate(&body);
     assert_eq!(d, Decision::Denied);
     let ours: Value =
         serde_json::from_slice(&encode_response(resp).expect("encodes")).expect("json");
@@ -379,7 +332,7 @@ fn decoding_skips_what_the_rules_do_not_read_and_refuses_what_is_not_a_review() 
     let mut cr = defaulted_cr();
     cr["metadata"]["managedFields"] = json!([{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]);
     cr["status"] = json!({"state": "Ready", "anything": [1, 2, {"x": null}]});
-    let body = review_body("ConnectivityProxy", "CREATE", "alice", cr, None);
+    let body = cr_review("CREATE", "alice", cr, None);
     let req = decode(&body).expect("decodes");
     assert_eq!(req.operation, Operation::Create);
     assert_eq!(
@@ -412,62 +365,23 @@ fn metadata_only_updates_and_deletion_are_judged_only_by_the_protected_fields() 
     // A spec change of that CR is judged by every rule.
     let mut edited = stored.clone();
     edited["spec"]["config"]["subaccountSubdomain"] = json!("other");
-    let body = review_body(
-        "ConnectivityProxy",
-        "UPDATE",
-        "alice",
-        edited,
-        Some(stored.clone()),
-    );
-    assert_eq!(
-        run(Endpoint::Validate, &body, Facts::default()).1,
-        Decision::Denied
-    );
+    let body = alice_update(edited, stored.clone());
+    assert_eq!(validate(&body).1, Decision::Denied);
     // Removing the finalizer (spec unchanged) is not.
     let mut unfinalized = stored.clone();
     unfinalized["metadata"]["finalizers"] = json!([]);
     unfinalized["metadata"]["labels"] = json!({"team": "a"});
-    let body = review_body(
-        "ConnectivityProxy",
-        "UPDATE",
-        "alice",
-        unfinalized,
-        Some(stored.clone()),
-    );
-    assert_eq!(
-        run(Endpoint::Validate, &body, Facts::default()).1,
-        Decision::Allowed
-    );
+    let body = alice_update(unfinalized, stored.clone());
+    assert_eq!(validate(&body).1, Decision::Allowed);
     // A CR being deleted: rules skipped, protected fields still protected.
     let mut deleting = stored.clone();
     deleting["metadata"]["deletionTimestamp"] = json!("2026-11-30T12:00:00Z");
     deleting["spec"]["config"]["subaccountSubdomain"] = json!("other");
-    let body = review_body(
-        "ConnectivityProxy",
-        "UPDATE",
-        "alice",
-        deleting.clone(),
-        Some(stored.clone()),
-    );
-    assert_eq!(
-        run(Endpoint::Validate, &body, Facts::default()).1,
-        Decision::Allowed
-    );
+    let body = alice_update(deleting.clone(), stored.clone());
+    assert_eq!(validate(&body).1, Decision::Allowed);
     deleting["spec"]["deployment"]["replicaCount"] = json!(7);
-    let body = review_body(
-        "ConnectivityProxy",
-        "UPDATE",
-        "alice",
-        deleting,
-        Some(stored),
-    );
-    let (resp, d) = run(Endpoint::Validate, &body, Facts::default());
-    assert_eq!(d, Decision::Denied);
-    assert!(
-        resp.result.message.contains("spec.deployment.replicaCount"),
-        "{}",
-        resp.result.message
-    );
+    let body = alice_update(deleting, stored);
+    assert_denied_naming(&body, "spec.deployment.replicaCount");
 }
 
 #[test]
@@ -476,18 +390,12 @@ fn a_mapping_stored_under_older_rules_can_still_be_labelled() {
         "metadata": {"name": "old"}, "spec": {"type": "RFC", "serviceId": "s", "internalAddress": "no-port"}});
     let mut labelled = stored.clone();
     labelled["metadata"]["labels"] = json!({"kyma-project.io/module": "connectivity-proxy"});
-    let body = review_body(
-        "ServiceMapping",
-        "UPDATE",
-        "op",
-        labelled.clone(),
-        Some(stored.clone()),
-    );
+    let body = mapping_review("UPDATE", "op", labelled.clone(), Some(stored.clone()));
     assert_eq!(
         run(Endpoint::ValidateServiceMapping, &body, Facts::default()).1,
         Decision::Allowed
     );
-    let body = review_body("ServiceMapping", "CREATE", "op", labelled, None);
+    let body = mapping_review("CREATE", "op", labelled, None);
     assert_eq!(
         run(Endpoint::ValidateServiceMapping, &body, Facts::default()).1,
         Decision::Denied
@@ -496,14 +404,14 @@ fn a_mapping_stored_under_older_rules_can_still_be_labelled() {
 
 #[test]
 fn a_cr_created_outside_kyma_system_is_admitted_with_a_warning() {
-    let body = review_body("ConnectivityProxy", "CREATE", "alice", defaulted_cr(), None);
-    let (resp, decision) = run(Endpoint::Validate, &body, Facts::default());
+    let body = cr_review("CREATE", "alice", defaulted_cr(), None);
+    let (resp, decision) = validate(&body);
     assert_eq!(decision, Decision::Allowed);
     assert!(resp.warnings.is_none(), "{:?}", resp.warnings);
     let mut review: Value = serde_json::from_slice(&body).expect("json");
     review["request"]["namespace"] = json!("team-a");
     let body = serde_json::to_vec(&review).expect("json");
-    let (resp, decision) = run(Endpoint::Validate, &body, Facts::default());
+    let (resp, decision) = validate(&body);
     assert_eq!(decision, Decision::Allowed);
     let warnings = resp.warnings.unwrap_or_default();
     assert!(
@@ -516,8 +424,8 @@ fn a_cr_created_outside_kyma_system_is_admitted_with_a_warning() {
 fn fields_without_effect_are_named_in_warnings_only_when_the_spec_is_written() {
     let mut cr = defaulted_cr();
     cr["spec"]["ingress"]["annotations"] = json!({"nginx.ingress.kubernetes.io/x": "y"});
-    let body = review_body("ConnectivityProxy", "CREATE", "alice", cr.clone(), None);
-    let (resp, decision) = run(Endpoint::Validate, &body, Facts::default());
+    let body = cr_review("CREATE", "alice", cr.clone(), None);
+    let (resp, decision) = validate(&body);
     assert_eq!(decision, Decision::Allowed);
     let warnings = resp.warnings.unwrap_or_default();
     assert!(
@@ -527,8 +435,8 @@ fn fields_without_effect_are_named_in_warnings_only_when_the_spec_is_written() {
     // A label change of that stored CR repeats nothing.
     let mut labelled = cr.clone();
     labelled["metadata"]["labels"] = json!({"team": "a"});
-    let body = review_body("ConnectivityProxy", "UPDATE", "alice", labelled, Some(cr));
-    let (resp, decision) = run(Endpoint::Validate, &body, Facts::default());
+    let body = alice_update(labelled, cr);
+    let (resp, decision) = validate(&body);
     assert_eq!(decision, Decision::Allowed);
     assert!(resp.warnings.is_none(), "{:?}", resp.warnings);
 }
@@ -544,26 +452,14 @@ fn the_same_spec_written_differently_is_judged_as_a_metadata_only_update() {
         config.remove("subaccountId");
     }
     rewritten["metadata"]["labels"] = json!({"team": "a"});
-    let body = review_body(
-        "ConnectivityProxy",
-        "UPDATE",
-        "alice",
-        rewritten.clone(),
-        Some(stored.clone()),
-    );
-    let (resp, decision) = run(Endpoint::Validate, &body, Facts::default());
+    let body = alice_update(rewritten.clone(), stored.clone());
+    let (resp, decision) = validate(&body);
     assert_eq!(decision, Decision::Allowed, "{}", resp.result.message);
     assert!(resp.warnings.is_none(), "{:?}", resp.warnings);
     // A real change of that spec is judged by every rule.
     rewritten["spec"]["config"]["subaccountSubdomain"] = json!("other");
-    let body = review_body(
-        "ConnectivityProxy",
-        "UPDATE",
-        "alice",
-        rewritten,
-        Some(stored),
-    );
-    let (resp, decision) = run(Endpoint::Validate, &body, Facts::default());
+    let body = alice_update(rewritten, stored);
+    let (resp, decision) = validate(&body);
     assert_eq!(decision, Decision::Denied);
     assert!(
         resp.result.message.contains("spec.config.subaccountId"),
@@ -575,12 +471,12 @@ fn the_same_spec_written_differently_is_judged_as_a_metadata_only_update() {
 #[test]
 fn the_answer_escapes_what_comes_from_the_request_and_carries_warnings() {
     // A uid with JSON escapes (decoded into an owned string) comes back intact.
-    let body = review_body("ConnectivityProxy", "CREATE", "alice", defaulted_cr(), None);
+    let body = cr_review("CREATE", "alice", defaulted_cr(), None);
     let mut review: Value = serde_json::from_slice(&body).expect("json");
     review["request"]["uid"] = json!("a\"b\\c\u{e9}");
     review["request"]["namespace"] = json!("team-\"a\"");
     let body = serde_json::to_vec(&review).expect("json");
-    let (resp, decision) = run(Endpoint::Validate, &body, Facts::default());
+    let (resp, decision) = validate(&body);
     assert_eq!(decision, Decision::Allowed);
     let ours: Value =
         serde_json::from_slice(&encode_response(resp).expect("encodes")).expect("json");
@@ -643,8 +539,8 @@ fn the_operators_annotations_are_refused_to_an_editor_and_named() {
         (operator, "CREATE", annotated.clone(), None, true),
     ];
     for (i, (user, op, obj, old, allowed)) in cases.into_iter().enumerate() {
-        let body = review_body("ConnectivityProxy", op, user, obj, old);
-        let (resp, _) = run(Endpoint::Validate, &body, Facts::default());
+        let body = cr_review(op, user, obj, old);
+        let (resp, _) = validate(&body);
         assert_eq!(resp.allowed, allowed, "case {i}: {}", resp.result.message);
         if !allowed {
             assert_eq!(resp.result.code, 403, "case {i}");
@@ -660,14 +556,8 @@ fn the_operators_annotations_are_refused_to_an_editor_and_named() {
     other["metadata"]["annotations"][key] = json!("done");
     other["metadata"]["annotations"]["connectivityproxy.sap.com/deployment-defaults-release"] =
         json!("x");
-    let body = review_body(
-        "ConnectivityProxy",
-        "UPDATE",
-        "alice",
-        other,
-        Some(annotated),
-    );
-    let (resp, _) = run(Endpoint::Validate, &body, Facts::default());
+    let body = alice_update(other, annotated);
+    let (resp, _) = validate(&body);
     assert!(!resp.allowed);
     assert!(
         resp.result
@@ -679,7 +569,7 @@ fn the_operators_annotations_are_refused_to_an_editor_and_named() {
     // Mutation never refuses on annotations (validation does).
     let mut created = default_cr();
     created["metadata"]["annotations"] = json!({key: "in-progress"});
-    let body = review_body("ConnectivityProxy", "CREATE", "alice", created, None);
+    let body = cr_review("CREATE", "alice", created, None);
     assert!(run(Endpoint::Mutate, &body, Facts::default()).0.allowed);
 }
 
@@ -692,8 +582,8 @@ fn annotations_null_or_absent_decode_as_none_of_the_operators() {
     ] {
         let mut cr = defaulted_cr();
         cr["metadata"] = meta;
-        let body = review_body("ConnectivityProxy", "CREATE", "alice", cr, None);
-        let (resp, _) = run(Endpoint::Validate, &body, Facts::default());
+        let body = cr_review("CREATE", "alice", cr, None);
+        let (resp, _) = validate(&body);
         assert!(resp.allowed, "{}", resp.result.message);
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use cp_api::{ServiceMapping, State};
+use cp_api::ServiceMapping;
 use cp_tests::fixtures::service_mapping;
 use cp_tests::support::*;
 use futures::{StreamExt, TryStreamExt};
@@ -14,22 +14,13 @@ use serde_json::{Value, json};
 async fn missing_btp_operator_is_a_warning_while_the_key_is_auto_provisioned() {
     let env = scenario().await;
     let admin = &env.admin;
-    for crd in cp_api::names::BTP_CRDS {
-        cp_tests::manifest::delete_crd(admin, crd)
-            .await
-            .expect("delete BTP CRD");
-    }
-    create_default_cr(admin, NS, "connectivity-proxy").await;
-    let cr = wait_state(
+    let d = default_cr_without_crds(
         admin,
-        NS,
-        "connectivity-proxy",
-        State::Warning,
-        Some("BTPOperatorCRDsMissing"),
-        Duration::from_secs(15),
+        &cp_api::names::BTP_CRDS,
+        "BTP",
+        "BTPOperatorCRDsMissing",
     )
     .await;
-    let d = cr.status.and_then(|s| s.description).unwrap_or_default();
     assert!(d.contains("serviceinstances.services.cloud.sap.com"), "{d}");
     install_btp(admin).await;
     make_ready(admin, NS, "connectivity-proxy").await;
@@ -80,22 +71,17 @@ async fn a_thousand_service_mappings_are_aggregated_and_get_endpoints() {
             .map(|v| v.len())
             .unwrap_or(0)
     };
-    cp_tests::wait::until(
+    cp_tests::wait::until_object(
+        &cms,
+        "connectivity-proxy-service-mappings",
         "the ConfigMap holds 1000 mappings",
         Duration::from_secs(60),
-        || {
-            let cms = cms.clone();
-            async move {
-                let cm = cms
-                    .get("connectivity-proxy-service-mappings")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let n = count(&cm);
-                if n == 1000 {
-                    Ok(Some(()))
-                } else {
-                    Err(format!("{n} mappings"))
-                }
+        |cm| {
+            let n = count(&cm);
+            if n == 1000 {
+                Ok(Some(()))
+            } else {
+                Err(format!("{n} mappings"))
             }
         },
     )
@@ -159,22 +145,17 @@ async fn a_thousand_service_mappings_are_aggregated_and_get_endpoints() {
             .await
             .expect("delete");
     }
-    cp_tests::wait::until(
+    cp_tests::wait::until_object(
+        &cms,
+        "connectivity-proxy-service-mappings",
         "the ConfigMap reflects the deletions",
         Duration::from_secs(30),
-        || {
-            let cms = cms.clone();
-            async move {
-                let cm = cms
-                    .get("connectivity-proxy-service-mappings")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let n = count(&cm);
-                if n == 990 {
-                    Ok(Some(()))
-                } else {
-                    Err(format!("{n} mappings"))
-                }
+        |cm| {
+            let n = count(&cm);
+            if n == 990 {
+                Ok(Some(()))
+            } else {
+                Err(format!("{n} mappings"))
             }
         },
     )

@@ -98,15 +98,7 @@ async fn default_cr_installs_everything_and_becomes_ready() {
     )
     .await;
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), NS);
-    let yml = cms
-        .get("connectivity-proxy")
-        .await
-        .expect("cm")
-        .data
-        .unwrap_or_default()
-        .get("connectivity-proxy-config.yml")
-        .cloned()
-        .unwrap_or_default();
+    let yml = proxy_config_yml(cms.get("connectivity-proxy").await.expect("cm"));
     assert!(
         yml.contains(SUBACCOUNT) && yml.contains(SUBDOMAIN),
         "subaccount from the binding: {yml}"
@@ -240,22 +232,13 @@ async fn default_cr_installs_everything_and_becomes_ready() {
 async fn missing_istio_is_a_warning_until_it_is_installed() {
     let env = scenario().await;
     let admin = &env.admin;
-    for crd in cp_api::names::ISTIO_CRDS {
-        cp_tests::manifest::delete_crd(admin, crd)
-            .await
-            .expect("delete Istio CRD");
-    }
-    create_default_cr(admin, NS, "connectivity-proxy").await;
-    let cr = wait_state(
+    let description = default_cr_without_crds(
         admin,
-        NS,
-        "connectivity-proxy",
-        State::Warning,
-        Some("IstioCRDsMissing"),
-        Duration::from_secs(15),
+        &cp_api::names::ISTIO_CRDS,
+        "Istio",
+        "IstioCRDsMissing",
     )
     .await;
-    let description = cr.status.and_then(|s| s.description).unwrap_or_default();
     for crd in cp_api::names::ISTIO_CRDS {
         assert!(
             description.contains(crd),
@@ -291,14 +274,7 @@ async fn changes_propagate_and_drift_is_repaired() {
         || {
             let (cms, svcs) = (cms.clone(), svcs.clone());
             async move {
-                let info = cms
-                    .get("connectivity-proxy-info")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let port = info
-                    .data
-                    .and_then(|d| d.get("onpremise_proxy_http_port").cloned())
-                    .unwrap_or_default();
+                let port = info_http_port(&cms).await?;
                 let svc = svcs
                     .get("connectivity-proxy")
                     .await
@@ -324,19 +300,12 @@ async fn changes_propagate_and_drift_is_repaired() {
     svcs.delete("connectivity-proxy-tunnel", &DeleteParams::default())
         .await
         .expect("delete service");
-    cp_tests::wait::until(
+    cp_tests::wait::until_presence(
+        &svcs,
+        "connectivity-proxy-tunnel",
+        cp_tests::wait::Presence::Present,
         "the deleted Service is recreated",
         Duration::from_secs(5),
-        || {
-            let svcs = svcs.clone();
-            async move {
-                Ok(svcs
-                    .get_opt("connectivity-proxy-tunnel")
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map(|_| ()))
-            }
-        },
     )
     .await
     .expect("recreated");
@@ -353,14 +322,7 @@ async fn changes_propagate_and_drift_is_repaired() {
     cp_tests::wait::until("the hand edit is reverted", Duration::from_secs(5), || {
         let cms = cms.clone();
         async move {
-            let info = cms
-                .get("connectivity-proxy-info")
-                .await
-                .map_err(|e| e.to_string())?;
-            let port = info
-                .data
-                .and_then(|d| d.get("onpremise_proxy_http_port").cloned())
-                .unwrap_or_default();
+            let port = info_http_port(&cms).await?;
             Ok((port == "20555").then_some(()))
         }
     })
@@ -510,14 +472,7 @@ async fn a_cr_outside_kyma_system_installs_nothing_and_the_token_cannot_write_th
         "a CR outside kyma-system made the controller write: {touched:?}"
     );
     // What a stolen controller token can do outside kyma-system and the Istio namespace: nothing.
-    let token = env
-        .cp
-        .client(&cp_tests::cluster::Identity::ServiceAccount {
-            namespace: NS.into(),
-            name: "connectivity-proxy-controller".into(),
-        })
-        .await
-        .expect("controller identity");
+    let token = cp_tests::shared::operator_client().await;
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =
         Api::namespaced(token.clone(), &other_ns);
     let stolen: k8s_openapi::api::core::v1::Secret =
@@ -736,13 +691,7 @@ async fn a_secret_the_operator_did_not_create_is_never_written_labelled_or_delet
     let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
     let edit = json!({"spec": {"secretConfig": {"integration": {"connectivityService":
         {"secretName": "precious", "secretData": "eyJjbGllbnRpZCI6ICJ4In0="}}}}});
-    crs.patch(
-        "connectivity-proxy",
-        &PatchParams::default(),
-        &Patch::Merge(&edit),
-    )
-    .await
-    .expect("edit");
+    edit_cr(admin, NS, "connectivity-proxy", &edit, "edit").await;
     let cr = wait_state(
         admin,
         NS,
@@ -764,28 +713,17 @@ async fn a_secret_the_operator_did_not_create_is_never_written_labelled_or_delet
     // secretData removed: the operator only reads the named Secret; it never deletes it.
     let edit = json!({"spec": {"secretConfig": {"integration": {"connectivityService":
         {"secretName": "precious", "secretData": null}}}}});
-    crs.patch(
+    edit_cr(admin, NS, "connectivity-proxy", &edit, "edit").await;
+    cp_tests::wait::until_object(
+        &crs,
         "connectivity-proxy",
-        &PatchParams::default(),
-        &Patch::Merge(&edit),
-    )
-    .await
-    .expect("edit");
-    cp_tests::wait::until(
         "the controller observed the edit",
         Duration::from_secs(20),
-        || {
-            let crs = crs.clone();
-            async move {
-                let cr = crs
-                    .get("connectivity-proxy")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let st = cr.status.unwrap_or_default();
-                Ok((st.observed_generation == cr.metadata.generation
-                    && !st.conditions.iter().any(|c| c.reason == "ObjectNotOwned"))
-                .then_some(()))
-            }
+        |cr| {
+            let st = cr.status.unwrap_or_default();
+            Ok((st.observed_generation == cr.metadata.generation
+                && !st.conditions.iter().any(|c| c.reason == "ObjectNotOwned"))
+            .then_some(()))
         },
     )
     .await

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use cp_tests::support::scenario;
+use cp_tests::support::{scenario, v1_resource};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 fn refused<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) -> String {
@@ -20,28 +20,9 @@ fn refused<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) -> String 
 async fn a_stolen_controller_token_runs_nothing_in_the_istio_namespace_and_cannot_rewrite_the_mapping_crd()
  {
     let env = scenario().await;
-    let token = env
-        .cp
-        .client(&cp_tests::cluster::Identity::ServiceAccount {
-            namespace: "kyma-system".into(),
-            name: "connectivity-proxy-controller".into(),
-        })
-        .await
-        .expect("controller identity");
-    let core = |kind: &str, plural: &str| ApiResource {
-        group: String::new(),
-        version: "v1".into(),
-        api_version: "v1".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    };
-    let sts = ApiResource {
-        group: "apps".into(),
-        version: "v1".into(),
-        api_version: "apps/v1".into(),
-        kind: "StatefulSet".into(),
-        plural: "statefulsets".into(),
-    };
+    let token = cp_tests::shared::operator_client().await;
+    let core = |kind: &str, plural: &str| v1_resource("", kind, plural);
+    let sts = v1_resource("apps", "StatefulSet", "statefulsets");
     let attempts = [
         (
             sts,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use cp_api::ConnectivityProxy;
-use cp_tests::support::{NS, scenario};
+use cp_tests::support::{NS, scenario, v1_resource};
 use cp_tests::wait;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
@@ -12,20 +12,7 @@ use serde_json::json;
 
 /// Objects a user may own under names the legacy installation used, with no mark of it.
 fn look_alikes() -> Vec<(ApiResource, Option<&'static str>, serde_json::Value)> {
-    let core = |kind: &str, plural: &str| ApiResource {
-        group: String::new(),
-        version: "v1".into(),
-        api_version: "v1".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    };
-    let gvk = |group: &str, kind: &str, plural: &str| ApiResource {
-        group: group.into(),
-        version: "v1".into(),
-        api_version: format!("{group}/v1"),
-        kind: kind.into(),
-        plural: plural.into(),
-    };
+    let core = |kind: &str, plural: &str| v1_resource("", kind, plural);
     vec![
         (
             core("Secret", "secrets"),
@@ -38,12 +25,12 @@ fn look_alikes() -> Vec<(ApiResource, Option<&'static str>, serde_json::Value)> 
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "connectivity-sm-operator-secrets-tls"}, "stringData": {"mine": "yes"}}),
         ),
         (
-            gvk("rbac.authorization.k8s.io", "ClusterRole", "clusterroles"),
+            v1_resource("rbac.authorization.k8s.io", "ClusterRole", "clusterroles"),
             None,
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "connectivity-proxy-sm-operator"}, "rules": []}),
         ),
         (
-            gvk(
+            v1_resource(
                 "admissionregistration.k8s.io",
                 "ValidatingWebhookConfiguration",
                 "validatingwebhookconfigurations",
@@ -84,23 +71,18 @@ async fn a_takeover_annotation_without_a_legacy_installation_deletes_nothing() {
     let stored = crs.create(&PostParams::default(), &cr).await.expect("CR");
     // As stored: the CRD's schema defaults filled in.
     let config_before = serde_json::to_value(&stored.spec.config).expect("json");
-    wait::until(
+    wait::until_object(
+        &crs,
+        "connectivity-proxy",
         "the takeover annotation closed",
         Duration::from_secs(30),
-        || {
-            let crs = crs.clone();
-            async move {
-                let cr = crs
-                    .get("connectivity-proxy")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let a = cr.annotations();
-                Ok((a
-                    .get(cp_api::keys::MIGRATION_ANNOTATION)
-                    .map(String::as_str)
-                    == Some("done"))
-                .then_some(()))
-            }
+        |cr| {
+            let a = cr.annotations();
+            Ok((a
+                .get(cp_api::keys::MIGRATION_ANNOTATION)
+                .map(String::as_str)
+                == Some("done"))
+            .then_some(()))
         },
     )
     .await

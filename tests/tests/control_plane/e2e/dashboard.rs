@@ -12,12 +12,7 @@ use serde_json::{Value, json};
 /// resolved.
 fn fields(items: &Value, prefix: &str, out: &mut Vec<(String, String, Vec<Value>)>) {
     for item in items.as_array().into_iter().flatten() {
-        let path = item["path"].as_str().unwrap_or_default();
-        let full = if prefix.is_empty() {
-            path.to_string()
-        } else {
-            format!("{prefix}.{path}")
-        };
+        let full = cp_tests::fixtures::form_item_path(prefix, item);
         let widget = item["widget"].as_str().unwrap_or_default().to_string();
         if widget == "FormGroup" {
             fields(&item["children"], &full, out);

@@ -3,7 +3,7 @@
 use cp_api::ConnectivityProxy;
 use cp_tests::fixtures::{self, install_our_crds, manifest_path};
 use cp_tests::manifest;
-use cp_tests::shared::{ALICE, control_plane, webhook};
+use cp_tests::shared::{alice_client, control_plane, webhook};
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::{Value, json};
 
@@ -234,13 +234,7 @@ async fn rendered_bundle_applies_with_server_side_apply() {
     }
     // The default CR is then admitted through the webhook.
     let ns = cp.namespace("bundle-default-cr").await.expect("namespace");
-    let alice = cp
-        .client(&cp_tests::cluster::Identity::User {
-            name: ALICE.into(),
-            groups: vec![],
-        })
-        .await
-        .expect("alice");
+    let alice = alice_client(&[]).await;
     let yaml = std::fs::read_to_string(manifest_path("default-cr.yaml")).expect("default CR");
     let mut cr = manifest::parse_documents(&yaml).expect("parse").remove(0);
     cr.metadata.namespace = Some(ns.clone());

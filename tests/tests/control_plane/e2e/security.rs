@@ -7,7 +7,7 @@ use cp_api::admission_config::{self, Endpoint};
 use cp_api::names;
 use cp_tests::cluster::Identity;
 use cp_tests::fixtures::default_cr;
-use cp_tests::shared::{ALICE, control_plane, webhook};
+use cp_tests::shared::{AUTHENTICATED, alice_client, control_plane, operator_client, webhook};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -24,26 +24,6 @@ fn cps(client: &Client, ns: &str) -> Api<DynamicObject> {
     )
 }
 
-async fn alice() -> Client {
-    control_plane()
-        .client(&Identity::User {
-            name: ALICE.into(),
-            groups: vec!["system:authenticated".into()],
-        })
-        .await
-        .expect("alice client")
-}
-
-async fn operator() -> Client {
-    control_plane()
-        .client(&Identity::ServiceAccount {
-            namespace: names::KYMA_SYSTEM.into(),
-            name: names::CONTROLLER_SERVICE_ACCOUNT.into(),
-        })
-        .await
-        .expect("operator client")
-}
-
 fn denial<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> String {
     match r {
         Err(kube::Error::Api(s)) if s.code == 403 => s.message.clone(),
@@ -55,7 +35,7 @@ fn denial<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> String {
 async fn an_editor_cannot_set_change_or_remove_the_operators_annotations() {
     webhook().await;
     let ns = control_plane().namespace("sec-annot").await.expect("ns");
-    let alice = alice().await;
+    let alice = alice_client(AUTHENTICATED).await;
     let api = cps(&alice, &ns);
 
     // Create with an operator annotation: refused, naming the key.
@@ -91,7 +71,7 @@ async fn an_editor_cannot_set_change_or_remove_the_operators_annotations() {
     }
 
     // The operator writes one; alice may neither change nor remove it, and may still edit the rest.
-    let op = cps(&operator().await, &ns);
+    let op = cps(&operator_client().await, &ns);
     let set = json!({"metadata": {"annotations": {DEFAULTS_RELEASE: "release-a"}}});
     op.patch("cp", &PatchParams::default(), &Patch::Merge(&set))
         .await
@@ -167,7 +147,7 @@ async fn the_controllers_own_writes_do_not_depend_on_its_webhook() {
     let obj: DynamicObject = serde_json::from_value(cr).expect("object");
     // Created by the admin before the dead webhook takes effect is not guaranteed: create as the
     // operator, which the dead webhook must not be asked about.
-    let op = cps(&operator().await, &ns);
+    let op = cps(&operator_client().await, &ns);
     let result = cp_tests::wait::until(
         "the operator's create admitted without the webhook",
         Duration::from_secs(10),
@@ -182,7 +162,7 @@ async fn the_controllers_own_writes_do_not_depend_on_its_webhook() {
         },
     )
     .await;
-    let alice_api = cps(&alice().await, &ns);
+    let alice_api = cps(&alice_client(AUTHENTICATED).await, &ns);
     // The dead webhook is in force: alice's write of the labelled CR fails closed.
     let alice_write = cp_tests::wait::until(
         "alice's write refused by the unreachable webhook",
@@ -242,7 +222,7 @@ async fn a_stolen_controller_token_can_change_only_the_ca_bundle_of_the_webhook_
     )
     .await
     .expect("controller RBAC");
-    let token: Api<ValidatingWebhookConfiguration> = Api::all(operator().await);
+    let token: Api<ValidatingWebhookConfiguration> = Api::all(operator_client().await);
     let name = names::VALIDATING_WEBHOOK_CONFIG;
     let attempts: Vec<(&str, Value)> = vec![
         (
@@ -356,7 +336,7 @@ async fn a_cr_in_another_namespace_never_changes_the_servicemapping_rules() {
             .map(|c| c.remove("subaccountId"));
         serde_json::from_value::<DynamicObject>(cr).expect("object")
     };
-    cps(&alice().await, &elsewhere)
+    cps(&alice_client(AUTHENTICATED).await, &elsewhere)
         .create(&PostParams::default(), &shared("foreign-shared"))
         .await
         .expect("a CR elsewhere is admitted");
@@ -422,7 +402,7 @@ async fn a_cr_in_another_namespace_never_changes_the_servicemapping_rules() {
 async fn oversized_fields_are_refused_by_the_crd_schema_naming_the_field() {
     webhook().await;
     let ns = control_plane().namespace("sec-sizes").await.expect("ns");
-    let api = cps(&alice().await, &ns);
+    let api = cps(&alice_client(AUTHENTICATED).await, &ns);
     let mut cr = default_cr("big");
     cr["spec"]["secretConfig"]["integration"]["connectivityService"]["secretName"] =
         json!("a".repeat(300));
@@ -436,7 +416,7 @@ async fn oversized_fields_are_refused_by_the_crd_schema_naming_the_field() {
         other => panic!("a 300-character secret name: expected 422, got {other:?}"),
     }
     let mappings: Api<DynamicObject> = Api::all_with(
-        alice().await,
+        alice_client(AUTHENTICATED).await,
         &ApiResource::erase::<cp_api::ServiceMapping>(&()),
     );
     let sm: DynamicObject = serde_json::from_value(json!({

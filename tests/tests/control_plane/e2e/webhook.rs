@@ -1,35 +1,16 @@
 //! Admission end to end: requests travel through the real API server to the registered webhook.
 
 use cp_api::defaults;
-use cp_tests::cluster::Identity;
 use cp_tests::fixtures::default_cr;
-use cp_tests::shared::{ALICE, MAPPINGS_LOCK, control_plane, webhook};
+use cp_tests::shared::{
+    AUTHENTICATED, MAPPINGS_LOCK, alice_client, control_plane, operator_client, webhook,
+};
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 fn cp_api_resource() -> ApiResource {
     ApiResource::erase::<cp_api::ConnectivityProxy>(&())
-}
-
-async fn alice() -> Client {
-    control_plane()
-        .client(&Identity::User {
-            name: ALICE.into(),
-            groups: vec!["system:authenticated".into()],
-        })
-        .await
-        .expect("alice client")
-}
-
-async fn operator() -> Client {
-    control_plane()
-        .client(&Identity::ServiceAccount {
-            namespace: "kyma-system".into(),
-            name: "connectivity-proxy-controller".into(),
-        })
-        .await
-        .expect("operator client")
 }
 
 fn cps(client: &Client, ns: &str) -> Api<DynamicObject> {
@@ -41,17 +22,17 @@ async fn create(client: &Client, ns: &str, v: Value) -> Result<DynamicObject, ku
     cps(client, ns).create(&PostParams::default(), &obj).await
 }
 
+/// Parameters of a dry-run write: admitted (or denied) and not stored.
+fn dry_run() -> PostParams {
+    PostParams {
+        dry_run: true,
+        ..Default::default()
+    }
+}
+
 async fn dry_create(client: &Client, ns: &str, v: Value) -> Result<DynamicObject, kube::Error> {
     let obj: DynamicObject = serde_json::from_value(v).expect("object");
-    cps(client, ns)
-        .create(
-            &PostParams {
-                dry_run: true,
-                ..Default::default()
-            },
-            &obj,
-        )
-        .await
+    cps(client, ns).create(&dry_run(), &obj).await
 }
 
 /// The denial message, or a panic if the call succeeded.
@@ -73,9 +54,13 @@ fn denied<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> String {
 async fn default_cr_created_by_a_user_gets_complete_deployment_defaults() {
     webhook().await;
     let ns = control_plane().namespace("wh-default").await.expect("ns");
-    let stored = create(&alice().await, &ns, default_cr("connectivity-proxy"))
-        .await
-        .expect("alice creates the default CR");
+    let stored = create(
+        &alice_client(AUTHENTICATED).await,
+        &ns,
+        default_cr("connectivity-proxy"),
+    )
+    .await
+    .expect("alice creates the default CR");
     assert_eq!(
         stored.data["spec"]["deployment"],
         defaults::deployment_defaults_json()
@@ -90,7 +75,7 @@ async fn default_cr_created_by_a_user_gets_complete_deployment_defaults() {
 async fn users_cannot_change_deployment_by_any_write_method() {
     webhook().await;
     let ns = control_plane().namespace("wh-protect").await.expect("ns");
-    let alice = alice().await;
+    let alice = alice_client(AUTHENTICATED).await;
     create(&alice, &ns, default_cr("cp")).await.expect("create");
     let api = cps(&alice, &ns);
 
@@ -170,7 +155,7 @@ async fn users_cannot_change_deployment_by_any_write_method() {
     );
 
     // The operator's ServiceAccount may change spec.deployment.
-    let op = cps(&operator().await, &ns);
+    let op = cps(&operator_client().await, &ns);
     let bump = json!({"spec": {"deployment": {"replicaCount": 2}}});
     let after = op
         .patch("cp", &PatchParams::default(), &Patch::Merge(&bump))
@@ -196,13 +181,27 @@ fn with(mut v: Value, pointer: &str, value: Value) -> Value {
     v
 }
 
+/// `base` with `spec.config.multiRegionMode` set to `mode`, then service channels disabled and the
+/// shared tenant mode where asked.
+fn multi_region(base: &Value, mode: Value, channels_off: bool, shared_tenant: bool) -> Value {
+    let mut v = with(base.clone(), "/spec/config/multiRegionMode", mode);
+    if channels_off {
+        v = with(v, "/spec/config/serviceChannels", json!({"enabled": false}));
+    }
+    if shared_tenant {
+        v = with(v, "/spec/config/tenantMode", json!("shared"));
+    }
+    v
+}
+
 #[tokio::test]
 async fn every_validation_rule_has_an_allowed_and_a_denied_case() {
     webhook().await;
     let _mappings = MAPPINGS_LOCK.lock().await;
     let ns = control_plane().namespace("wh-rules").await.expect("ns");
-    let alice = alice().await;
+    let alice = alice_client(AUTHENTICATED).await;
     let base = default_cr("rules");
+    let regions = json!({"enabled": true, "configMapName": "regions"});
     // (rule, denied object, field named in the message, allowed object)
     let cases = vec![
         (
@@ -251,85 +250,21 @@ async fn every_validation_rule_has_an_allowed_and_a_denied_case() {
         ),
         (
             "multi-region needs configMapName",
-            with(
-                with(
-                    with(
-                        base.clone(),
-                        "/spec/config/multiRegionMode",
-                        json!({"enabled": true}),
-                    ),
-                    "/spec/config/serviceChannels",
-                    json!({"enabled": false}),
-                ),
-                "/spec/config/tenantMode",
-                json!("shared"),
-            ),
+            multi_region(&base, json!({"enabled": true}), true, true),
             "spec.config.multiRegionMode.configMapName",
-            with(
-                with(
-                    with(
-                        base.clone(),
-                        "/spec/config/multiRegionMode",
-                        json!({"enabled": true, "configMapName": "regions"}),
-                    ),
-                    "/spec/config/serviceChannels",
-                    json!({"enabled": false}),
-                ),
-                "/spec/config/tenantMode",
-                json!("shared"),
-            ),
+            multi_region(&base, regions.clone(), true, true),
         ),
         (
             "multi-region is incompatible with service channels",
-            with(
-                with(
-                    base.clone(),
-                    "/spec/config/multiRegionMode",
-                    json!({"enabled": true, "configMapName": "regions"}),
-                ),
-                "/spec/config/tenantMode",
-                json!("shared"),
-            ),
+            multi_region(&base, regions.clone(), false, true),
             "spec.config.serviceChannels.enabled",
-            with(
-                with(
-                    with(
-                        base.clone(),
-                        "/spec/config/multiRegionMode",
-                        json!({"enabled": true, "configMapName": "regions"}),
-                    ),
-                    "/spec/config/serviceChannels",
-                    json!({"enabled": false}),
-                ),
-                "/spec/config/tenantMode",
-                json!("shared"),
-            ),
+            multi_region(&base, regions.clone(), true, true),
         ),
         (
             "multi-region is incompatible with dedicated tenant mode",
-            with(
-                with(
-                    base.clone(),
-                    "/spec/config/multiRegionMode",
-                    json!({"enabled": true, "configMapName": "regions"}),
-                ),
-                "/spec/config/serviceChannels",
-                json!({"enabled": false}),
-            ),
+            multi_region(&base, regions.clone(), true, false),
             "spec.config.tenantMode",
-            with(
-                with(
-                    with(
-                        base.clone(),
-                        "/spec/config/multiRegionMode",
-                        json!({"enabled": true, "configMapName": "regions"}),
-                    ),
-                    "/spec/config/serviceChannels",
-                    json!({"enabled": false}),
-                ),
-                "/spec/config/tenantMode",
-                json!("shared"),
-            ),
+            multi_region(&base, regions.clone(), true, true),
         ),
         (
             "className istio needs ingress.tls.secretName",
@@ -386,7 +321,7 @@ async fn every_validation_rule_has_an_allowed_and_a_denied_case() {
 async fn connectivity_secret_name_is_frozen_while_secret_data_is_set() {
     webhook().await;
     let ns = control_plane().namespace("wh-secret").await.expect("ns");
-    let alice = alice().await;
+    let alice = alice_client(AUTHENTICATED).await;
     let api = cps(&alice, &ns);
     let cr = with(
         default_cr("sec"),
@@ -446,16 +381,7 @@ async fn wait_mapping_cached(client: &Client, service: &str) {
             async move {
                 let obj: DynamicObject =
                     serde_json::from_value(probe).map_err(|e| e.to_string())?;
-                match mappings(&client)
-                    .create(
-                        &PostParams {
-                            dry_run: true,
-                            ..Default::default()
-                        },
-                        &obj,
-                    )
-                    .await
-                {
+                match mappings(&client).create(&dry_run(), &obj).await {
                     Err(kube::Error::Api(s)) if s.message.contains("already maps") => Ok(Some(())),
                     other => Err(format!("{other:?}")),
                 }
@@ -470,7 +396,7 @@ async fn wait_mapping_cached(client: &Client, service: &str) {
 async fn service_mappings_are_validated_and_unique() {
     webhook().await;
     let _mappings = MAPPINGS_LOCK.lock().await;
-    let alice = alice().await;
+    let alice = alice_client(AUTHENTICATED).await;
     create_mapping(&alice, mapping("sm-unique-a", "unique-s4"))
         .await
         .expect("first mapping");
@@ -512,7 +438,7 @@ async fn service_channels_cannot_be_disabled_while_mappings_exist() {
     webhook().await;
     let _mappings = MAPPINGS_LOCK.lock().await;
     let ns = control_plane().namespace("wh-channels").await.expect("ns");
-    let alice = alice().await;
+    let alice = alice_client(AUTHENTICATED).await;
     create_mapping(&alice, mapping("sm-channels", "channels-s4"))
         .await
         .expect("mapping");
@@ -760,7 +686,7 @@ async fn privileged_identities_are_read_live_from_the_configmap() {
     let cp = control_plane();
     let admin = cp.admin().await.expect("admin");
     let ns = cp.namespace("wh-privileged").await.expect("ns");
-    create(&alice().await, &ns, default_cr("cp"))
+    create(&alice_client(AUTHENTICATED).await, &ns, default_cr("cp"))
         .await
         .expect("create");
     let carol = cp
@@ -835,7 +761,7 @@ async fn broad_groups_in_the_configmap_do_not_make_everyone_privileged() {
     let cp = control_plane();
     let admin = cp.admin().await.expect("admin");
     let ns = cp.namespace("wh-broad-groups").await.expect("ns");
-    let alice = alice().await;
+    let alice = alice_client(AUTHENTICATED).await;
     create(&alice, &ns, default_cr("cp")).await.expect("create");
     let set = |groups: &'static str| {
         let admin = admin.clone();

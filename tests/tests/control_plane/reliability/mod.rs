@@ -9,7 +9,7 @@ use cp_api::ConnectivityProxy;
 use cp_tests::cluster::Identity;
 use cp_tests::controller::ControllerProcess;
 use cp_tests::fixtures::{default_connectivity_proxy, default_cr, install_our_crds};
-use cp_tests::shared::{ALICE, EDITOR_RBAC, control_plane};
+use cp_tests::shared::{EDITOR_RBAC, alice_client, control_plane};
 use cp_tests::webhook::Webhook;
 use cp_tests::{manifest, support};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -21,27 +21,27 @@ mod starvation;
 
 static TURN: Mutex<()> = Mutex::const_new(());
 
-#[tokio::test]
-async fn webhook_down_fails_closed_for_connectivity_proxies_only() {
-    let _turn = TURN.lock().await;
-    let cp = control_plane();
+/// A cluster-admin client of `cp`, with our CRDs installed and [`EDITOR_RBAC`] applied.
+async fn admin_with_editors(cp: &cp_tests::ControlPlane) -> kube::Client {
     let admin = cp.admin().await.expect("admin");
     install_our_crds(&admin).await;
     manifest::apply_yaml(&admin, EDITOR_RBAC, None)
         .await
         .expect("RBAC");
+    admin
+}
+
+#[tokio::test]
+async fn webhook_down_fails_closed_for_connectivity_proxies_only() {
+    let _turn = TURN.lock().await;
+    let cp = control_plane();
+    let admin = admin_with_editors(&cp).await;
     let wh = Webhook::start(&cp, "webhook-to-kill", &[])
         .await
         .expect("webhook");
     wh.register(&admin).await.expect("register");
     let ns = cp.namespace("webhook-down").await.expect("ns");
-    let alice = cp
-        .client(&Identity::User {
-            name: ALICE.into(),
-            groups: vec![],
-        })
-        .await
-        .expect("alice");
+    let alice = alice_client(&[]).await;
     let api: Api<DynamicObject> = Api::namespaced_with(
         alice.clone(),
         &ns,
@@ -103,11 +103,7 @@ async fn the_webhook_process_runs_without_transparent_huge_pages() {
 async fn hostile_user_cannot_change_deployment_through_the_status_subresource() {
     let _turn = TURN.lock().await;
     let cp = control_plane();
-    let admin = cp.admin().await.expect("admin");
-    install_our_crds(&admin).await;
-    manifest::apply_yaml(&admin, EDITOR_RBAC, None)
-        .await
-        .expect("RBAC");
+    let admin = admin_with_editors(&cp).await;
     let wh = Webhook::start(&cp, "webhook-status", &[])
         .await
         .expect("webhook");
@@ -169,13 +165,7 @@ async fn hostile_user_cannot_change_deployment_through_the_status_subresource() 
         "the status subresource changed the spec"
     );
     // Nor through the main resource with edit rights.
-    let alice = cp
-        .client(&Identity::User {
-            name: ALICE.into(),
-            groups: vec![],
-        })
-        .await
-        .expect("alice");
+    let alice = alice_client(&[]).await;
     let err = Api::<ConnectivityProxy>::namespaced(alice, &ns)
         .patch(
             "victim",
@@ -367,13 +357,7 @@ async fn two_controller_replicas_only_the_leader_reconciles_and_a_standby_takes_
     manifest::apply_yaml(&admin, EDITOR_RBAC, None)
         .await
         .expect("editor RBAC");
-    let alice = cp
-        .client(&Identity::User {
-            name: ALICE.into(),
-            groups: vec![],
-        })
-        .await
-        .expect("alice");
+    let alice = alice_client(&[]).await;
     match Api::<k8s_openapi::api::core::v1::Secret>::namespaced(alice, "kyma-system")
         .get("connectivity-proxy-service-key")
         .await
