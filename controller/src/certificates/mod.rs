@@ -127,7 +127,7 @@ pub fn leaf_secret_content(plan: &Plan) -> Value {
 }
 
 /// A full Secret from its content, name, namespace and labels.
-fn secret_body(
+pub(crate) fn secret_body(
     namespace: &str,
     name: &str,
     owner: Option<&OwnerReference>,
