@@ -598,11 +598,10 @@ impl Cluster {
                 let api = api.clone();
                 async move {
                     let cp = api.get(cr).await.map_err(|e| e.to_string())?;
-                    let recorded = cp
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .is_some_and(|a| a.contains_key(cp_api::keys::DEFAULTS_RELEASE_ANNOTATION));
+                    let recorded =
+                        cp.metadata.annotations.as_ref().is_some_and(|a| {
+                            a.contains_key(cp_api::keys::DEFAULTS_RELEASE_ANNOTATION)
+                        });
                     if recorded {
                         Ok(Some(()))
                     } else {
