@@ -4,6 +4,7 @@
 mod config;
 mod istio;
 mod resolve;
+pub mod types;
 mod workload;
 
 #[cfg(test)]
