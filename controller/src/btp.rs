@@ -84,7 +84,7 @@ fn key_secret(cr: &ConnectivityProxy, ns: &str, name: &str, content: &[u8]) -> D
         Kind::Secret,
         Some(ns),
         name,
-        crate::desired::secret("Opaque", None, data),
+        body(&crate::desired::secret("Opaque", None, data)),
     )
 }
 

@@ -89,7 +89,7 @@ pub fn state_from(ca: Option<&Secret>, leaf: Option<&Secret>) -> State {
 }
 
 /// The CA Secret's content: `type`, `data` and the rotation annotations.
-pub fn ca_secret_content(plan: &Plan) -> Value {
+pub fn ca_secret_content(plan: &Plan) -> Secret {
     let mut data = BTreeMap::new();
     if let Some(ca) = &plan.state.ca {
         data.insert("ca.crt".to_string(), ca.cert_pem.clone().into_bytes());
@@ -113,7 +113,7 @@ pub fn ca_secret_content(plan: &Plan) -> Value {
 }
 
 /// The leaf Secret's content (`kubernetes.io/tls` with `ca.crt` = the bundle).
-pub fn leaf_secret_content(plan: &Plan) -> Value {
+pub fn leaf_secret_content(plan: &Plan) -> Secret {
     let leaf = plan.state.leaf.clone().unwrap_or(Leaf {
         cert_pem: String::new(),
         key_pem: String::new(),
@@ -131,20 +131,13 @@ pub(crate) fn secret_body(
     namespace: &str,
     name: &str,
     owner: Option<&OwnerReference>,
-    mut content: Value,
+    mut content: Secret,
 ) -> Value {
-    content["apiVersion"] = json!("v1");
-    content["kind"] = json!("Secret");
-    if content.get("metadata").is_none() {
-        content["metadata"] = json!({});
-    }
-    content["metadata"]["name"] = json!(name);
-    content["metadata"]["namespace"] = json!(namespace);
-    content["metadata"]["labels"] = json!(names::managed_labels());
-    if let Some(o) = owner {
-        content["metadata"]["ownerReferences"] = json!([o]);
-    }
-    content
+    content.metadata.name = Some(name.into());
+    content.metadata.namespace = Some(namespace.into());
+    content.metadata.labels = Some(names::managed_labels());
+    content.metadata.owner_references = owner.map(|o| vec![o.clone()]);
+    crate::desired::body(&content)
 }
 
 /// Settings of the webhook serving certificate.
@@ -462,7 +455,7 @@ mod tests {
             ca_rotated: false,
             leaf_rotated: false,
         };
-        serde_json::from_value(ca_secret_content(&plan)).expect("secret")
+        ca_secret_content(&plan)
     }
 
     fn set_previous(s: &mut Secret, pem: &str) {

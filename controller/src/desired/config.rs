@@ -1,11 +1,12 @@
 //! The ConfigMaps: the proxy's configuration file, the on-premise proxy info, the service mappings.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cp_api::{ConnectivityProxy, ServiceMapping, names};
 use serde_json::{Value, json};
 
-use super::{Desired, Kind, Resolved, object};
+use super::{Desired, Kind, Resolved, body, object};
 
 /// The effective `connectivity-proxy-config.yml`: `spec.config` with defaults filled in and every
 /// `auto-provision` replaced by its resolved value.
@@ -112,45 +113,43 @@ pub(super) fn config_maps(
             .to_string()
     };
     let host = format!("{}.{ns}.svc.cluster.local", names::SERVICE);
-    vec![
+    let config_map = |name: &str, data: BTreeMap<String, String>| {
         object(
             cr,
             Kind::ConfigMap,
             Some(ns),
+            name,
+            body(&super::config_map(data)),
+        )
+    };
+    vec![
+        config_map(
             names::CONFIGMAP_CONFIG,
-            super::config_map(std::collections::BTreeMap::from([(
+            BTreeMap::from([(
                 names::CONFIGMAP_CONFIG_KEY.to_string(),
                 render_config(cr, resolved),
-            )])),
+            )]),
         ),
-        object(
-            cr,
-            Kind::ConfigMap,
-            Some(ns),
+        config_map(
             names::CONFIGMAP_INFO,
-            super::config_map(
-                [
-                    ("onpremise_proxy_host", host),
-                    ("onpremise_proxy_http_port", port("http")),
-                    ("onpremise_proxy_ldap_port", port("rfcAndLdap")),
-                    ("onpremise_proxy_port", port("http")),
-                    ("onpremise_proxy_rfc_port", port("rfcAndLdap")),
-                    ("onpremise_socks5_proxy_port", port("socks5")),
-                ]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-            ),
+            [
+                ("onpremise_proxy_host", host),
+                ("onpremise_proxy_http_port", port("http")),
+                ("onpremise_proxy_ldap_port", port("rfcAndLdap")),
+                ("onpremise_proxy_port", port("http")),
+                ("onpremise_proxy_rfc_port", port("rfcAndLdap")),
+                ("onpremise_socks5_proxy_port", port("socks5")),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
         ),
-        object(
-            cr,
-            Kind::ConfigMap,
-            Some(ns),
+        config_map(
             names::CONFIGMAP_SERVICE_MAPPINGS,
-            super::config_map(std::collections::BTreeMap::from([(
+            BTreeMap::from([(
                 names::CONFIGMAP_SERVICE_MAPPINGS_KEY.to_string(),
                 service_mappings_json(mappings),
-            )])),
+            )]),
         ),
     ]
 }
