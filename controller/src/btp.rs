@@ -7,10 +7,11 @@ use cp_api::{ConnectivityProxy, names};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::Error;
-use crate::desired::{Desired, Kind, object};
+use crate::desired::types::{ServiceBindingSpec, ServiceInstanceSpec, WithSpec};
+use crate::desired::{Desired, Kind, body, object};
 
 /// The service key and what the controller learned from it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -83,7 +84,7 @@ fn key_secret(cr: &ConnectivityProxy, ns: &str, name: &str, content: &[u8]) -> D
         Kind::Secret,
         Some(ns),
         name,
-        crate::desired::secret("Opaque", None, data),
+        body(&crate::desired::secret("Opaque", None, data)),
     )
 }
 
@@ -230,20 +231,27 @@ fn from_binding(
             Kind::ServiceInstance,
             Some(ns),
             &instance,
-            json!({"spec": {
-                "serviceOfferingName": "connectivity", "servicePlanName": "connectivity_proxy",
-                "externalName": instance,
-            }}),
+            body(&WithSpec {
+                spec: ServiceInstanceSpec {
+                    service_offering_name: "connectivity",
+                    service_plan_name: "connectivity_proxy",
+                    external_name: instance.clone(),
+                },
+            }),
         ),
         object(
             cr,
             Kind::ServiceBinding,
             Some(ns),
             &binding_name,
-            json!({"spec": {
-                "serviceInstanceName": instance, "secretName": binding_secret, "secretKey": key_name,
-                "externalName": binding_name,
-            }}),
+            body(&WithSpec {
+                spec: ServiceBindingSpec {
+                    service_instance_name: instance.clone(),
+                    secret_name: binding_secret.clone(),
+                    secret_key: key_name.into(),
+                    external_name: binding_name.clone(),
+                },
+            }),
         ),
     ];
     let waiting = match binding.map(binding_ready) {

@@ -17,10 +17,11 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -89,7 +90,7 @@ pub fn state_from(ca: Option<&Secret>, leaf: Option<&Secret>) -> State {
 }
 
 /// The CA Secret's content: `type`, `data` and the rotation annotations.
-pub fn ca_secret_content(plan: &Plan) -> Value {
+pub fn ca_secret_content(plan: &Plan) -> Secret {
     let mut data = BTreeMap::new();
     if let Some(ca) = &plan.state.ca {
         data.insert("ca.crt".to_string(), ca.cert_pem.clone().into_bytes());
@@ -113,7 +114,7 @@ pub fn ca_secret_content(plan: &Plan) -> Value {
 }
 
 /// The leaf Secret's content (`kubernetes.io/tls` with `ca.crt` = the bundle).
-pub fn leaf_secret_content(plan: &Plan) -> Value {
+pub fn leaf_secret_content(plan: &Plan) -> Secret {
     let leaf = plan.state.leaf.clone().unwrap_or(Leaf {
         cert_pem: String::new(),
         key_pem: String::new(),
@@ -127,24 +128,17 @@ pub fn leaf_secret_content(plan: &Plan) -> Value {
 }
 
 /// A full Secret from its content, name, namespace and labels.
-fn secret_body(
+pub(crate) fn secret_body(
     namespace: &str,
     name: &str,
     owner: Option<&OwnerReference>,
-    mut content: Value,
+    mut content: Secret,
 ) -> Value {
-    content["apiVersion"] = json!("v1");
-    content["kind"] = json!("Secret");
-    if content.get("metadata").is_none() {
-        content["metadata"] = json!({});
-    }
-    content["metadata"]["name"] = json!(name);
-    content["metadata"]["namespace"] = json!(namespace);
-    content["metadata"]["labels"] = json!(names::managed_labels());
-    if let Some(o) = owner {
-        content["metadata"]["ownerReferences"] = json!([o]);
-    }
-    content
+    content.metadata.name = Some(name.into());
+    content.metadata.namespace = Some(namespace.into());
+    content.metadata.labels = Some(names::managed_labels());
+    content.metadata.owner_references = owner.map(|o| vec![o.clone()]);
+    crate::desired::body(&content)
 }
 
 /// Settings of the webhook serving certificate.
@@ -264,11 +258,7 @@ where
     {
         return Ok(());
     }
-    let webhooks: Vec<Value> = hooks
-        .iter()
-        .map(|(n, _)| json!({"name": n, "clientConfig": {"caBundle": STANDARD.encode(want)}}))
-        .collect();
-    let body = json!({"apiVersion": K::api_version(&()), "kind": kind, "metadata": {"name": name}, "webhooks": webhooks});
+    let body = ca_bundle_patch(&K::api_version(&()), &kind, name, &hooks, want);
     api.patch(
         name,
         &PatchParams::apply(names::FIELD_MANAGER).force(),
@@ -278,6 +268,60 @@ where
     .map_err(|e| Error::kube(format!("writing the CA bundle into {kind} {name}"), e))?;
     tracing::info!(%kind, name, "CA bundle written");
     Ok(())
+}
+
+/// The server-side apply patch that sets `caBundle` of each webhook in `hooks` of the webhook
+/// configuration `kind`/`name`.
+fn ca_bundle_patch(
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    hooks: &[(String, Option<k8s_openapi::ByteString>)],
+    want: &[u8],
+) -> Value {
+    let ca_bundle = STANDARD.encode(want);
+    crate::desired::body(&CaBundlePatch {
+        api_version,
+        kind,
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        webhooks: hooks
+            .iter()
+            .map(|(name, _)| WebhookCaBundle {
+                name,
+                client_config: CaBundle {
+                    ca_bundle: &ca_bundle,
+                },
+            })
+            .collect(),
+    })
+}
+
+/// A webhook configuration with only the webhooks' names and `caBundle`s.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CaBundlePatch<'a> {
+    api_version: &'a str,
+    kind: &'a str,
+    metadata: ObjectMeta,
+    webhooks: Vec<WebhookCaBundle<'a>>,
+}
+
+/// One webhook with only its name and `clientConfig.caBundle`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WebhookCaBundle<'a> {
+    name: &'a str,
+    client_config: CaBundle<'a>,
+}
+
+/// `clientConfig` with only `caBundle` (base64).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CaBundle<'a> {
+    ca_bundle: &'a str,
 }
 
 /// Records a certificate's expiry in `cp_certificate_expiry_timestamp_seconds{certificate=name}`.
@@ -453,6 +497,28 @@ mod tests {
         .expect("ca")
     }
 
+    #[test]
+    fn ca_bundle_patch_names_only_the_bundles() {
+        let hooks = vec![
+            ("a.example.org".to_string(), None),
+            (
+                "b.example.org".to_string(),
+                Some(k8s_openapi::ByteString(b"old".to_vec())),
+            ),
+        ];
+        let body = ca_bundle_patch(
+            "admissionregistration.k8s.io/v1",
+            "ValidatingWebhookConfiguration",
+            "cp-validating",
+            &hooks,
+            b"PEM",
+        );
+        assert_eq!(
+            body.to_string(),
+            r#"{"apiVersion":"admissionregistration.k8s.io/v1","kind":"ValidatingWebhookConfiguration","metadata":{"name":"cp-validating"},"webhooks":[{"clientConfig":{"caBundle":"UEVN"},"name":"a.example.org"},{"clientConfig":{"caBundle":"UEVN"},"name":"b.example.org"}]}"#
+        );
+    }
+
     /// What the operator writes into the CA Secret for `state`, read back as a Secret.
     fn written(state: State) -> Secret {
         let plan = Plan {
@@ -462,7 +528,7 @@ mod tests {
             ca_rotated: false,
             leaf_rotated: false,
         };
-        serde_json::from_value(ca_secret_content(&plan)).expect("secret")
+        ca_secret_content(&plan)
     }
 
     fn set_previous(s: &mut Secret, pem: &str) {

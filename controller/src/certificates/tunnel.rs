@@ -8,11 +8,13 @@ use cp_certs::renewal::Policy;
 use cp_certs::rotation::{self, Spec};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use serde_json::json;
 use time::OffsetDateTime;
 
 use super::{ca_secret_content, leaf_secret_content, state_from, text};
-use crate::desired::{Desired, Kind, Resolved, object};
+use crate::desired::types::{
+    CertManagerCertificateSpec, GardenerCertificateSpec, IssuerRef, SecretRef, WithSpec,
+};
+use crate::desired::{Desired, Kind, Resolved, body, object};
 
 /// Settings of the business-tunnel certificate.
 #[derive(Clone, Debug)]
@@ -129,22 +131,41 @@ pub fn objects(
             .and_then(|s| s.data.as_ref())
             .and_then(|d| text(d, "tls.crt"))
     };
-    let certificate = |kind, spec| Tunnel {
-        objects: vec![object(cr, kind, Some(ns), secret, json!({ "spec": spec }))],
+    let certificate = |kind, body| Tunnel {
+        objects: vec![object(cr, kind, Some(ns), secret, body)],
         leaf_pem: issued_pem(),
         ..Tunnel::default()
     };
     match provider {
         Provider::Gardener => Ok(certificate(
             Kind::GardenerCertificate,
-            json!({"commonName": host, "dnsNames": dns, "secretRef": {"name": secret, "namespace": ns}}),
+            body(&WithSpec {
+                spec: GardenerCertificateSpec {
+                    common_name: host,
+                    dns_names: dns,
+                    secret_ref: SecretRef {
+                        name: secret.into(),
+                        namespace: ns.into(),
+                    },
+                },
+            }),
         )),
         Provider::CertManager => {
             let (kind, name) = settings.cert_manager_issuer.clone().unwrap_or_default();
             Ok(certificate(
                 Kind::CertManagerCertificate,
-                json!({"secretName": secret, "commonName": host, "dnsNames": dns,
-                    "issuerRef": {"group": "cert-manager.io", "kind": kind, "name": name}}),
+                body(&WithSpec {
+                    spec: CertManagerCertificateSpec {
+                        secret_name: secret.into(),
+                        common_name: host,
+                        dns_names: dns,
+                        issuer_ref: IssuerRef {
+                            group: "cert-manager.io",
+                            kind,
+                            name,
+                        },
+                    },
+                }),
             ))
         }
         Provider::BuiltIn => match built_in {
@@ -170,14 +191,14 @@ fn built_in_objects(
                 Kind::Secret,
                 Some(&cr_ns),
                 names::TUNNEL_CA_SECRET,
-                ca_secret_content(plan),
+                body(&ca_secret_content(plan)),
             ),
             object(
                 cr,
                 Kind::Secret,
                 Some(ns),
                 secret,
-                leaf_secret_content(plan),
+                body(&leaf_secret_content(plan)),
             ),
         ],
         renew_at: Some(plan.next),

@@ -1,11 +1,13 @@
 //! The ConfigMaps: the proxy's configuration file, the on-premise proxy info, the service mappings.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cp_api::{ConnectivityProxy, ServiceMapping, names};
+use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{Desired, Kind, Resolved, object};
+use super::{Desired, Kind, Resolved, body, object};
 
 /// The effective `connectivity-proxy-config.yml`: `spec.config` with defaults filled in and every
 /// `auto-provision` replaced by its resolved value.
@@ -69,31 +71,41 @@ pub fn render_config(cr: &ConnectivityProxy, resolved: &Resolved) -> String {
 pub fn service_mappings_json(mappings: &[Arc<ServiceMapping>]) -> String {
     let mut sorted: Vec<&Arc<ServiceMapping>> = mappings.iter().collect();
     sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let entries: Vec<Value> = sorted
+    let entries: Vec<MappingEntry<'_>> = sorted
         .into_iter()
         .map(|m| {
             let s = &m.spec;
-            let mut e = json!({
-                "name": m.metadata.name,
-                "type": s.kind.as_str(),
-                "serviceId": s.service_id,
-                "internalAddress": s.internal_address,
-            });
-            if let Some(obj) = e.as_object_mut() {
-                if let Some(v) = &s.subaccount_id {
-                    obj.insert("subaccountId".into(), json!(v));
-                }
-                if let Some(v) = &s.tenant_id {
-                    obj.insert("tenantId".into(), json!(v));
-                }
-                if let Some(v) = s.location_ids.as_ref().filter(|l| !l.is_empty()) {
-                    obj.insert("locationIds".into(), json!(v));
-                }
+            MappingEntry {
+                internal_address: &s.internal_address,
+                location_ids: s.location_ids.as_deref().filter(|l| !l.is_empty()),
+                name: m.metadata.name.as_deref(),
+                service_id: &s.service_id,
+                subaccount_id: s.subaccount_id.as_deref(),
+                tenant_id: s.tenant_id.as_deref(),
+                kind: s.kind.as_str(),
             }
-            e
         })
         .collect();
     serde_json::to_string(&entries).unwrap_or_else(|_| "[]".into())
+}
+
+/// One mapping in the service-mappings ConfigMap. Serialised straight to text, so the fields are
+/// declared in the alphabetical order of their JSON names: the order the proxy has always been given
+/// (the golden test pins it).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MappingEntry<'a> {
+    internal_address: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    location_ids: Option<&'a [String]>,
+    name: Option<&'a str>,
+    service_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subaccount_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tenant_id: Option<&'a str>,
+    #[serde(rename = "type")]
+    kind: &'a str,
 }
 
 pub(super) fn config_maps(
@@ -112,45 +124,43 @@ pub(super) fn config_maps(
             .to_string()
     };
     let host = format!("{}.{ns}.svc.cluster.local", names::SERVICE);
-    vec![
+    let config_map = |name: &str, data: BTreeMap<String, String>| {
         object(
             cr,
             Kind::ConfigMap,
             Some(ns),
+            name,
+            body(&super::config_map(data)),
+        )
+    };
+    vec![
+        config_map(
             names::CONFIGMAP_CONFIG,
-            super::config_map(std::collections::BTreeMap::from([(
+            BTreeMap::from([(
                 names::CONFIGMAP_CONFIG_KEY.to_string(),
                 render_config(cr, resolved),
-            )])),
+            )]),
         ),
-        object(
-            cr,
-            Kind::ConfigMap,
-            Some(ns),
+        config_map(
             names::CONFIGMAP_INFO,
-            super::config_map(
-                [
-                    ("onpremise_proxy_host", host),
-                    ("onpremise_proxy_http_port", port("http")),
-                    ("onpremise_proxy_ldap_port", port("rfcAndLdap")),
-                    ("onpremise_proxy_port", port("http")),
-                    ("onpremise_proxy_rfc_port", port("rfcAndLdap")),
-                    ("onpremise_socks5_proxy_port", port("socks5")),
-                ]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-            ),
+            [
+                ("onpremise_proxy_host", host),
+                ("onpremise_proxy_http_port", port("http")),
+                ("onpremise_proxy_ldap_port", port("rfcAndLdap")),
+                ("onpremise_proxy_port", port("http")),
+                ("onpremise_proxy_rfc_port", port("rfcAndLdap")),
+                ("onpremise_socks5_proxy_port", port("socks5")),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
         ),
-        object(
-            cr,
-            Kind::ConfigMap,
-            Some(ns),
+        config_map(
             names::CONFIGMAP_SERVICE_MAPPINGS,
-            super::config_map(std::collections::BTreeMap::from([(
+            BTreeMap::from([(
                 names::CONFIGMAP_SERVICE_MAPPINGS_KEY.to_string(),
                 service_mappings_json(mappings),
-            )])),
+            )]),
         ),
     ]
 }

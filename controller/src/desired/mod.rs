@@ -4,6 +4,7 @@
 mod config;
 mod istio;
 mod resolve;
+pub mod types;
 mod workload;
 
 #[cfg(test)]
@@ -12,9 +13,11 @@ mod tests;
 use std::collections::BTreeMap;
 
 use cp_api::{ConnectivityProxy, ServiceMapping, names};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 pub use config::{render_config, service_mappings_json};
 pub use resolve::{ClusterFacts, ConfigProblem, Resolved, resolve};
@@ -70,10 +73,13 @@ pub struct Desired {
     pub body: Value,
 }
 
-/// A typed `k8s-openapi` object as the body [`object`] completes (it sets apiVersion, kind, name,
-/// namespace, labels and owner; metadata the object carries besides, e.g. annotations, is kept).
+/// A typed object as a body (the one place typed objects become JSON): a `k8s-openapi` object, or
+/// one of [`types`] for kinds `k8s-openapi` does not have. [`object`] completes it (it sets
+/// apiVersion, kind, name, namespace, labels and owner; metadata the object carries besides, e.g.
+/// annotations, is kept). Serialising these types cannot fail (string-keyed maps, no floats); were it
+/// to, the body would be `{}` and the apply would be refused for the missing fields, not panic.
 pub fn body<T: serde::Serialize>(o: &T) -> Value {
-    let mut v = serde_json::to_value(o).unwrap_or_else(|_| json!({}));
+    let mut v = serde_json::to_value(o).unwrap_or_else(|_| Value::Object(serde_json::Map::new()));
     if let Some(m) = v.as_object_mut()
         && m.get("metadata")
             .is_some_and(|md| md.as_object().is_some_and(|o| o.is_empty()))
@@ -83,22 +89,22 @@ pub fn body<T: serde::Serialize>(o: &T) -> Value {
     v
 }
 
-/// A ConfigMap body with `data`.
-pub fn config_map(data: BTreeMap<String, String>) -> Value {
-    body(&k8s_openapi::api::core::v1::ConfigMap {
+/// A ConfigMap with `data`.
+pub fn config_map(data: BTreeMap<String, String>) -> ConfigMap {
+    ConfigMap {
         data: Some(data),
         ..Default::default()
-    })
+    }
 }
 
-/// A Secret body of `type_` with `data` (raw bytes; serialised as base64).
+/// A Secret of `type_` with `data` (raw bytes; serialised as base64).
 pub fn secret(
     type_: &str,
     annotations: Option<BTreeMap<String, String>>,
     data: BTreeMap<String, Vec<u8>>,
-) -> Value {
-    body(&k8s_openapi::api::core::v1::Secret {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
             annotations,
             ..Default::default()
         },
@@ -109,7 +115,7 @@ pub fn secret(
                 .collect(),
         ),
         ..Default::default()
-    })
+    }
 }
 
 /// Builds one desired object with the managed labels, the owner labels and, for objects in the CR's
@@ -128,20 +134,25 @@ pub fn object(
         names::LABEL_OWNER_NAMESPACE.into(),
         cr.namespace().unwrap_or_default(),
     );
-    let mut metadata = json!({"name": name, "labels": labels});
-    if let Some(ns) = namespace {
-        metadata["namespace"] = json!(ns);
-        if Some(ns) == cr.namespace().as_deref() {
-            metadata["ownerReferences"] = json!([{
-                "apiVersion": "connectivityproxy.sap.com/v1",
-                "kind": "ConnectivityProxy",
-                "name": cr.name_any(),
-                "uid": cr.uid().unwrap_or_default(),
-                "controller": true,
-                "blockOwnerDeletion": true,
-            }]);
-        }
-    }
+    let owner_references = namespace
+        .filter(|ns| Some(*ns) == cr.namespace().as_deref())
+        .map(|_| {
+            vec![OwnerReference {
+                api_version: "connectivityproxy.sap.com/v1".into(),
+                kind: "ConnectivityProxy".into(),
+                name: cr.name_any(),
+                uid: cr.uid().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]
+        });
+    let mut metadata = body(&ObjectMeta {
+        name: Some(name.into()),
+        namespace: namespace.map(String::from),
+        labels: Some(labels),
+        owner_references,
+        ..ObjectMeta::default()
+    });
     if let Some(extra) = rest.get("metadata").and_then(Value::as_object).cloned() {
         for (k, v) in extra {
             match (metadata.get_mut(&k), v) {
@@ -151,8 +162,8 @@ pub fn object(
         }
     }
     if let Some(obj) = rest.as_object_mut() {
-        obj.insert("apiVersion".into(), json!(ar.api_version));
-        obj.insert("kind".into(), json!(ar.kind));
+        obj.insert("apiVersion".into(), Value::String(ar.api_version));
+        obj.insert("kind".into(), Value::String(ar.kind));
         obj.insert("metadata".into(), metadata);
     }
     Desired {

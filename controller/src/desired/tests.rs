@@ -293,3 +293,290 @@ fn the_renderer_never_projects_an_operator_owned_secret_into_the_proxy() {
         );
     }
 }
+
+/// The golden snapshots under `src/desired/golden/`: every desired object of a set of representative
+/// CRs (workload, ConfigMaps, Services, Istio, the tunnel certificate of each provider, the BTP
+/// objects, the webhook Secrets), each as `serde_json::to_string_pretty` of its body. They pin the
+/// applied JSON byte for byte: object hashes go into pod-template annotations and server-side apply's
+/// field ownership depends on the exact fields. `GOLDEN_UPDATE=1` rewrites them.
+mod golden {
+    use super::*;
+    use crate::certificates::tunnel::{self, Live, Provider};
+    use crate::certificates::{TunnelCertSettings, ca_secret_content, leaf_secret_content};
+    use cp_api::testing;
+    use cp_certs::rotation::{Plan, State};
+    use cp_certs::{Ca, Leaf};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    const DOMAIN: &str = "c-1.kyma.example.org";
+    const KEY: &str = r#"{"subaccount_id":"sub-1","subaccount_subdomain":"dom","clientid":"x"}"#;
+
+    fn render(objs: &[Desired]) -> String {
+        objs.iter()
+            .map(|d| {
+                let body = serde_json::to_string_pretty(&d.body).expect("a body renders");
+                format!(
+                    "--- {:?} {}/{}\n{body}\n",
+                    d.kind,
+                    d.namespace.as_deref().unwrap_or("-"),
+                    d.name
+                )
+            })
+            .collect()
+    }
+
+    fn check(case: &str, objs: &[Desired]) {
+        let path = format!(
+            "{}/src/desired/golden/{case}.txt",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let got = render(objs);
+        if std::env::var_os("GOLDEN_UPDATE").is_some() {
+            std::fs::write(&path, &got).expect("golden written");
+            return;
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        if got != want {
+            let line = got
+                .lines()
+                .zip(want.lines())
+                .position(|(g, w)| g != w)
+                .unwrap_or_else(|| got.lines().count().min(want.lines().count()));
+            panic!(
+                "{case}: the desired objects differ from {path} from line {}:\n got: {:?}\nwant: {:?}",
+                line + 1,
+                got.lines().nth(line),
+                want.lines().nth(line)
+            );
+        }
+    }
+
+    fn mappings() -> Vec<Arc<cp_api::ServiceMapping>> {
+        vec![
+            Arc::new(testing::tcp_mapping("erp", "sub-1", "erp")),
+            Arc::new(testing::service_mapping(
+                "ldap",
+                json!({"type": "RFC", "serviceId": "ldap", "internalAddress": "ldap.ns:389",
+                       "tenantId": "t-1", "locationIds": ["loc-1", "loc-2"]}),
+            )),
+        ]
+    }
+
+    /// Everything `desired` renders for `cr`, with `tweak` applied to the resolved values.
+    fn all(
+        cr: &ConnectivityProxy,
+        mappings: &[Arc<cp_api::ServiceMapping>],
+        tweak: impl FnOnce(&mut Resolved),
+    ) -> Vec<Desired> {
+        let mut r = resolve(cr, &facts(DOMAIN)).expect("resolves");
+        tweak(&mut r);
+        desired(cr, &r, mappings)
+    }
+
+    #[test]
+    fn default_cr() {
+        check("default", &all(&testing::default_cr(), &[], |_| {}));
+    }
+
+    #[test]
+    fn istio_options_custom_tls_secret_and_mappings() {
+        let cr = testing::cr(testing::default_spec_with(json!({
+            "config": {"servers": {
+                "businessDataTunnel": {"externalHost": "tunnel.example.org", "externalPort": 8443},
+                "proxy": {"http": {"port": 21000}, "socks5": {"enabled": false}}}},
+            "ingress": {
+                "tls": {"secretName": "my-tunnel-tls"},
+                "istio": {"namespace": "my-istio",
+                    "gateway": {"selector": {"istio": "my-gateway", "tier": "edge"}},
+                    "tls": {"ciphers": ["ECDHE-RSA-AES256-GCM-SHA384", "ECDHE-RSA-AES128-GCM-SHA256"]}},
+                "timeouts": {"proxy": {"connect": 5, "read": 300, "send": 60}}}
+        })));
+        check(
+            "istio",
+            &all(&cr, &mappings(), |r| {
+                r.secrets_hash = Some("0123abcd".into())
+            }),
+        );
+    }
+
+    #[test]
+    fn every_optional_config_field() {
+        use base64::Engine;
+        let key = base64::engine::general_purpose::STANDARD.encode(KEY);
+        let cr = testing::cr(testing::default_spec_with(json!({
+            "config": {
+                "highAvailabilityMode": "path",
+                "tenantMode": "shared",
+                "subaccountId": "sub-explicit",
+                "subaccountSubdomain": "dom-explicit",
+                "multiRegionMode": {"enabled": true, "configMapName": "regions"},
+                "serviceChannels": {"enabled": false},
+                "integration": {
+                    "auditlog": {"mode": "service", "serviceCredentialsKey": "audit-key"},
+                    "connectivityService": {"serviceCredentialsKey": "cs-key"}},
+                "servers": {
+                    "businessDataTunnel": {"externalHost": "cp.example.org", "externalPort": 443},
+                    "proxy": {
+                        "authorization": {"oauth": {"allowedClientId": "client-1"}},
+                        "http": {"allowRemoteConnections": true, "enableProxyAuthorization": true,
+                                 "enabled": true, "port": 20003},
+                        "rfcAndLdap": {"allowRemoteConnections": false, "enableProxyAuthorization": false,
+                                       "enabled": true, "port": 20001},
+                        "socks5": {"allowRemoteConnections": true, "enableProxyAuthorization": true,
+                                   "enabled": true, "port": 20004}}}},
+            "deployment": {
+                "image": {"registry": "reg.example.org", "repository": "cp", "tag": "9.9.9",
+                          "digest": "sha256:abc", "pullPolicy": "Always", "pullSecret": "pull-a"},
+                "utilityImage": {"registry": "reg.example.org", "repository": "util", "tag": "1",
+                                 "pullSecret": "pull-b"},
+                "replicaCount": 3,
+                "resources": {"maxFileDescriptorCount": 65536,
+                              "limits": {"cpu": "2", "memory": "2Gi"},
+                              "requests": {"cpu": "500m", "memory": "1Gi"}},
+                "restartWatcher": {"enabled": true},
+                "nodeSelector": {"pool": "proxy"}},
+            "secretConfig": {"integration": {
+                "auditlogService": {"secretName": "my-auditlog-key"},
+                "connectivityService": {"secretName": "my-key", "secretData": key}}}
+        })));
+        let mut objs = all(&cr, &mappings(), |r| r.secrets_hash = Some("feed".into()));
+        let key = crate::btp::service_key(&cr, None, None).expect("secretData decodes");
+        objs.extend(key.objects);
+        check("full_config", &objs);
+    }
+
+    #[test]
+    fn restart_watcher_off() {
+        let cr = testing::cr(testing::default_spec_with(json!({
+            "deployment": {"restartWatcher": {"enabled": false}}
+        })));
+        check(
+            "restart_watcher_off",
+            &all(&cr, &[], |r| r.secrets_hash = Some("beef".into())),
+        );
+    }
+
+    fn tunnel_settings(issuer: Option<(&str, &str)>) -> TunnelCertSettings {
+        TunnelCertSettings {
+            ca_lifetime: time::Duration::days(365),
+            cert_lifetime: time::Duration::days(90),
+            cert_manager_issuer: issuer.map(|(k, n)| (k.into(), n.into())),
+            algorithm: cp_certs::KeyAlgorithm::EcdsaP256,
+        }
+    }
+
+    /// A rotation plan with fixed (not parseable) PEMs and times.
+    fn fixed_plan() -> Plan {
+        let t = time::OffsetDateTime::from_unix_timestamp(1_714_564_800).expect("a time");
+        Plan {
+            state: State {
+                ca: Some(Ca {
+                    cert_pem: "CA-CERT".into(),
+                    key_pem: "CA-KEY".into(),
+                }),
+                previous_ca_pem: Some("OLD-CA".into()),
+                ca_created_at: Some(t),
+                leaf_switched_at: Some(t),
+                leaf: Some(Leaf {
+                    cert_pem: "LEAF-CERT".into(),
+                    key_pem: "LEAF-KEY".into(),
+                }),
+            },
+            bundle: "OLD-CA\nCA-CERT".into(),
+            next: t,
+            ca_rotated: false,
+            leaf_rotated: true,
+        }
+    }
+
+    #[test]
+    fn tunnel_certificate_of_each_provider_and_btp_objects() {
+        let mut objs = Vec::new();
+        for cr in [
+            testing::default_cr(),
+            testing::named_cr("team-a", "proxy", testing::default_spec_json()),
+        ] {
+            let r = resolve(&cr, &facts(DOMAIN)).expect("resolves");
+            for (provider, issuer) in [
+                (Provider::Gardener, None),
+                (
+                    Provider::CertManager,
+                    Some(("ClusterIssuer", "letsencrypt")),
+                ),
+            ] {
+                let t = tunnel::objects(
+                    &cr,
+                    &r,
+                    provider,
+                    &tunnel_settings(issuer),
+                    Live::default(),
+                    None,
+                )
+                .expect("a certificate");
+                objs.extend(t.objects);
+            }
+            let plan = Ok(fixed_plan());
+            let t = tunnel::objects(
+                &cr,
+                &r,
+                Provider::BuiltIn,
+                &tunnel_settings(None),
+                Live::default(),
+                Some(&plan),
+            )
+            .expect("built-in objects");
+            objs.extend(t.objects);
+            let binding: kube::api::DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "services.cloud.sap.com/v1", "kind": "ServiceBinding",
+                "metadata": {"name": "b", "namespace": "kyma-system"},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+            }))
+            .expect("binding");
+            let encoded = {
+                use base64::Engine;
+                base64::engine::general_purpose::STANDARD.encode(KEY)
+            };
+            let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+                "metadata": {"name": "b"},
+                "data": {cp_api::names::SECRET_SERVICE_KEY_KEY: encoded}
+            }))
+            .expect("secret");
+            let key = crate::btp::service_key(&cr, Some(&binding), Some(&secret)).expect("key");
+            objs.extend(key.objects);
+        }
+        check("certificates_and_btp", &objs);
+    }
+
+    #[test]
+    fn webhook_secrets() {
+        let owner = OwnerReference {
+            api_version: "apiextensions.k8s.io/v1".into(),
+            kind: "CustomResourceDefinition".into(),
+            name: "connectivityproxies.connectivityproxy.sap.com".into(),
+            uid: "crd-uid".into(),
+            ..OwnerReference::default()
+        };
+        let plan = fixed_plan();
+        let objs: Vec<Desired> = [
+            (
+                cp_api::names::WEBHOOK_CA_SECRET,
+                Some(&owner),
+                ca_secret_content(&plan),
+            ),
+            (
+                cp_api::names::WEBHOOK_CERT_SECRET,
+                None,
+                leaf_secret_content(&plan),
+            ),
+        ]
+        .into_iter()
+        .map(|(name, owner, content)| Desired {
+            kind: Kind::Secret,
+            namespace: Some("kyma-system".into()),
+            name: name.into(),
+            body: crate::certificates::secret_body("kyma-system", name, owner, content),
+        })
+        .collect();
+        check("webhook_secrets", &objs);
+    }
+}

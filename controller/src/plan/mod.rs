@@ -433,7 +433,7 @@ fn connectivity_ca_object(
                 Some([(FETCHED_FROM_ANNOTATION.to_string(), url.clone())].into()),
                 [("cacert".to_string(), pem.clone().into_bytes())].into(),
             );
-            let d = desired::object(cr, Kind::Secret, Some(&ns), &name, body);
+            let d = desired::object(cr, Kind::Secret, Some(&ns), &name, desired::body(&body));
             (Some(d), None, None)
         }
     }
