@@ -95,19 +95,20 @@ pub fn rendered() -> Result<Vec<(String, String)>, serde_norway::Error> {
 }
 
 /// serde_norway writes YAML 1.2, where `off` is a string; kubectl and other YAML 1.1 readers would take
-/// `off`, `on`, `yes`, `no`, `y`, `n` as booleans (`highAvailabilityMode` defaults to `off`). Quote them.
+/// `off`, `On`, `YES`, `no`, `y`, `N`... as booleans (`highAvailabilityMode` defaults to `off`). Quote
+/// every such word ([`crate::yaml11::is_yaml11_only_boolean`], the YAML 1.1 writer's own list).
 fn quote_yaml11_booleans(yaml: &str) -> String {
-    const WORDS: [&str; 8] = ["off", "on", "yes", "no", "y", "n", "Off", "On"];
+    let is_word = |v: &&str| crate::yaml11::is_yaml11_only_boolean(v);
     let mut out = String::with_capacity(yaml.len() + 16);
     for line in yaml.lines() {
         let fixed = line
             .rsplit_once(": ")
-            .filter(|(_, v)| WORDS.contains(v))
+            .filter(|(_, v)| is_word(v))
             .map(|(k, v)| format!("{k}: '{v}'"))
             .or_else(|| {
                 line.trim_start()
                     .strip_prefix("- ")
-                    .filter(|v| WORDS.contains(v))
+                    .filter(is_word)
                     .map(|v| format!("{}- '{v}'", &line[..line.len() - line.trim_start().len()]))
             });
         out.push_str(fixed.as_deref().unwrap_or(line));
@@ -173,6 +174,12 @@ mod tests {
         assert_eq!(
             super::quote_yaml11_booleans("a: off\n- on\nb: offset\n"),
             "a: 'off'\n- 'on'\nb: offset\n"
+        );
+        // Every YAML 1.1 spelling, not only the lower-case ones; YAML 1.2's own words are left alone
+        // (serde_norway writes them only for real booleans and nulls).
+        assert_eq!(
+            super::quote_yaml11_booleans("a: YES\nb: No\n- OFF\n- Y\nc: true\nd: null\ne: False\n"),
+            "a: 'YES'\nb: 'No'\n- 'OFF'\n- 'Y'\nc: true\nd: null\ne: False\n"
         );
     }
 }

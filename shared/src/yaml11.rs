@@ -21,6 +21,15 @@ const RESERVED_WORDS: [&str; 25] = [
     "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF", "null", "Null", "NULL",
 ];
 
+/// Whether a plain scalar `s` is a boolean to a YAML 1.1 reader but a string to a YAML 1.2 one
+/// (`yes`, `No`, `OFF`, `y`, ...): a YAML 1.2 writer leaves such strings unquoted.
+pub fn is_yaml11_only_boolean(s: &str) -> bool {
+    const YAML_1_2_CORE: [&str; 9] = [
+        "true", "True", "TRUE", "false", "False", "FALSE", "null", "Null", "NULL",
+    ];
+    RESERVED_WORDS.contains(&s) && !YAML_1_2_CORE.contains(&s)
+}
+
 /// A mapping key longer than this (as written) is written as an explicit `? key` entry: YAML
 /// limits implicit keys to 1024 characters.
 const MAX_IMPLICIT_KEY_CHARS: usize = 1000;
