@@ -81,7 +81,7 @@ check-leaks:
 ## The controller SIGKILLed at random points of 20 legacy takeovers, each on a fresh control plane
 ## (about 5 minutes). CP_SOAK_RUNS and CP_SOAK_SEED change or replay it.
 soak: k8s-bins build
-	cargo test -p cp-tests --test soak -- --ignored --nocapture
+	cargo test --workspace --test soak -- --ignored --nocapture
 	@$(MAKE) --no-print-directory check-leaks
 
 ## Coverage-guided fuzzing (cargo-fuzz, nightly) of AdmissionReview decode + mutate + validate and of
@@ -125,8 +125,8 @@ run-cluster: k8s-bins node-bins build images
 ## Compares the project with the upstream files in ../shared/reference (CI runs it where they exist):
 ## CRD compatibility field by field, the stand-in CRDs, Busola schemas, the default CR, legacy fixtures.
 check-reference: k8s-bins build
-	CP_REFERENCE_DIR=$${CP_REFERENCE_DIR:-$(CURDIR)/../shared/reference} cargo test -p cp-tests --test reference -- --nocapture
-	CP_REFERENCE_DIR=$${CP_REFERENCE_DIR:-$(CURDIR)/../shared/reference} cargo test -p cp-controller --test library -- --ignored --nocapture reference::
+	CP_REFERENCE_DIR=$${CP_REFERENCE_DIR:-$(CURDIR)/../shared/reference} cargo test --workspace --test reference -- --nocapture
+	CP_REFERENCE_DIR=$${CP_REFERENCE_DIR:-$(CURDIR)/../shared/reference} cargo test --workspace --test library -- --ignored --nocapture reference::
 	@$(MAKE) --no-print-directory check-leaks
 
 ## A release: `make release VERSION=x.y.z` sets the workspace version (the one version source), refreshes
