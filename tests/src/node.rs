@@ -591,23 +591,16 @@ impl Cluster {
         // (and records them in an annotation): an SRE edit that lands before it is replaced by 64000.
         // That race made `make run-cluster` end in the fd-limit Warning on one run and Ready on the
         // next; the SRE edits once the release's defaults are recorded, as a person reading the CR would.
-        crate::wait::until(
+        crate::wait::until_object(
+            &api,
+            cr,
             "the controller recorded this release's spec.deployment defaults",
             Duration::from_secs(60),
-            || {
-                let api = api.clone();
-                async move {
-                    let cp = api.get(cr).await.map_err(|e| e.to_string())?;
-                    let recorded =
-                        cp.metadata.annotations.as_ref().is_some_and(|a| {
-                            a.contains_key(cp_api::keys::DEFAULTS_RELEASE_ANNOTATION)
-                        });
-                    if recorded {
-                        Ok(Some(()))
-                    } else {
-                        Err("no defaults-release annotation yet".to_string())
-                    }
-                }
+            |cp| match kube::ResourceExt::annotations(&cp)
+                .contains_key(cp_api::keys::DEFAULTS_RELEASE_ANNOTATION)
+            {
+                true => Ok(Some(())),
+                false => Err("no defaults-release annotation yet".to_string()),
             },
         )
         .await?;
