@@ -8,7 +8,7 @@ export CARGO_TERM_COLOR ?= never
 BIN := $(CARGO_TARGET_DIR)/debug
 
 .PHONY: all run run-cluster test lint fmt k8s-bins node-bins build manifests check-leaks soak fuzz bench go-peer \
-	preflight images test-images check check-reference print-target-dir deny audit release sbom
+	preflight images test-images prom-bins check check-reference print-target-dir deny audit release sbom
 
 all: build
 
@@ -21,6 +21,11 @@ k8s-bins: preflight
 ## CNI plugins, iptables, busybox-static from Debian when missing (root).
 node-bins: preflight
 	@bash hack/node-bins.sh >/dev/null
+
+## Prometheus and promtool from their Go module (tests/k8s-bins/prometheus, version-keyed cache): the
+## programs that judge the alert rules and dashboards in the tests.
+prom-bins: preflight
+	@bash hack/prom-bins.sh >/dev/null
 
 ## Go, Rust and make present and recent enough; says how long a first build takes.
 preflight:
@@ -61,7 +66,7 @@ check: preflight
 
 ## fmt + clippy + cargo-deny + unit tests + integration tests on a real local control plane and a real
 ## node (root), the node running images built with the test-image profile.
-test: k8s-bins node-bins lint deny build test-images
+test: k8s-bins node-bins prom-bins lint deny build test-images
 	@bash hack/preflight.sh test >/dev/null
 	@bash hack/test.sh
 	@$(MAKE) --no-print-directory check-leaks
@@ -69,7 +74,7 @@ test: k8s-bins node-bins lint deny build test-images
 ## Fails if a control-plane process outlived the tests (the watchdog stops them within seconds).
 check-leaks:
 	@for i in $$(seq 1 50); do \
-	  left=$$(ps -eo pid=,args= | grep -E 'cp-operator/(k8s|containerd)-[^ ]*/bin/(kube-apiserver|kube-controller-manager|kube-scheduler|etcd|kubelet|kube-proxy|containerd|containerd-shim-runc-v2) ' | grep -v grep || true); \
+	  left=$$(ps -eo pid=,args= | grep -E 'cp-operator/(k8s|containerd|prometheus)-[^ ]*/bin/(kube-apiserver|kube-controller-manager|kube-scheduler|etcd|kubelet|kube-proxy|containerd|containerd-shim-runc-v2|prometheus) ' | grep -v grep || true); \
 	  netns=$$(ip netns list 2>/dev/null | grep -o '^cp-node-[0-9]*' || true); \
 	  [ -z "$$left$$netns" ] && exit 0; sleep 0.2; \
 	done; echo "control-plane or node processes (or network namespaces) left:"; echo "$$left"; echo "$$netns"; exit 1

@@ -843,7 +843,11 @@ fn write(dir: &Path, file: &str, content: &str) -> anyhow::Result<()> {
 
 /// Starts the watchdog: a shell that leads a new process group, waits for this process to exit,
 /// then terminates the whole group (TERM, then KILL) and removes `remove_dir` if given.
-fn start_watchdog(dir: &Path, remove_dir: Option<&Path>, cleanup: &str) -> anyhow::Result<u32> {
+pub(crate) fn start_watchdog(
+    dir: &Path,
+    remove_dir: Option<&Path>,
+    cleanup: &str,
+) -> anyhow::Result<u32> {
     let script = r#"trap '' TERM
 while kill -0 "$1" 2>/dev/null; do sleep 0.2; done
 others() { ps -eo pid=,pgid= | awk -v g=$$ '$2 == g && $1 != g {print $1}'; }

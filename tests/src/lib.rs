@@ -17,6 +17,7 @@ pub mod legacy;
 pub mod manifest;
 pub mod netns;
 pub mod node;
+pub mod prometheus;
 pub mod restart;
 pub mod shared;
 pub mod support;

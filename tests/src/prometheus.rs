@@ -1,0 +1,225 @@
+//! Prometheus and promtool, built from their Go module by `hack/prom-bins.sh` (pinned in
+//! `tests/k8s-bins/prometheus/go.mod`, cached by version): the programs that judge the module's alert
+//! rules and dashboards, never a copy of their rules.
+//!
+//! A [`Prometheus`] runs in a process group led by the same watchdog as the control plane's
+//! ([`crate::cluster::start_watchdog`]): it ends with the test process however that ends.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// The directory holding `prometheus` and `promtool`: `CP_PROM_BIN_DIR`, or whatever
+/// `hack/prom-bins.sh` prints (it builds them on first use).
+pub fn bin_dir() -> anyhow::Result<PathBuf> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(d) = std::env::var_os("CP_PROM_BIN_DIR") {
+            return Ok(PathBuf::from(d));
+        }
+        let script = crate::workspace_root().join("hack/prom-bins.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("running {}: {e}", script.display()))?;
+        if !out.status.success() {
+            return Err(format!("{} failed ({})", script.display(), out.status));
+        }
+        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    })
+    .clone()
+    .map_err(anyhow::Error::msg)
+}
+
+/// Runs `promtool` with `args` in `dir`; the output whatever the exit code.
+pub fn promtool(dir: &Path, args: &[&str]) -> anyhow::Result<Output> {
+    Command::new(bin_dir()?.join("promtool"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .context("running promtool")
+}
+
+/// The text of a command's stdout and stderr.
+pub fn output_text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A running Prometheus server, stopped on drop.
+pub struct Prometheus {
+    /// `host:port` its HTTP API answers on (loopback of the root namespace).
+    pub addr: String,
+    dir: PathBuf,
+    child: Child,
+    group_leader: u32,
+}
+
+/// One instant-query result series: its labels and value.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// The series' labels.
+    pub labels: serde_json::Map<String, serde_json::Value>,
+    /// Its value as Prometheus prints it.
+    pub value: String,
+}
+
+impl Prometheus {
+    /// Starts Prometheus with `config` (prometheus.yml) and its TSDB in `dir/data` (kept if it exists:
+    /// blocks backfilled by `promtool tsdb create-blocks-from` are served). With `netns`, Prometheus runs
+    /// inside that network namespace (to scrape pod addresses) and is reached through `forward`, which
+    /// maps its in-namespace address to a loopback port of the root namespace.
+    pub fn start(
+        dir: &Path,
+        config: &str,
+        netns: Option<&crate::netns::Netns>,
+    ) -> anyhow::Result<Prometheus> {
+        std::fs::create_dir_all(dir.join("data"))?;
+        std::fs::write(dir.join("prometheus.yml"), config)?;
+        let port = crate::cluster::free_port()?;
+        let listen = format!("127.0.0.1:{port}");
+        let group_leader = crate::cluster::start_watchdog(dir, None, "")?;
+        let bin = bin_dir()?.join("prometheus");
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns.name]).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
+        cmd.arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={listen}"))
+        // Backfilled blocks lie in the past: keep them.
+        .arg("--storage.tsdb.retention.time=3650d")
+        .arg("--log.level=warn")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(dir.join("prometheus.log"))?)
+        .stderr(std::fs::File::create(dir.join("prometheus.err.log"))?)
+        .process_group(group_leader as i32);
+        let child = cmd.spawn().context("starting prometheus")?;
+        let addr = match netns {
+            Some(ns) => format!("127.0.0.1:{}", ns.forward(listen.parse()?)?),
+            None => listen,
+        };
+        Ok(Prometheus {
+            addr,
+            dir: dir.to_path_buf(),
+            child,
+            group_leader,
+        })
+    }
+
+    /// Waits until `/-/ready` answers 200.
+    pub async fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("prometheus exited ({status}): {}", self.log_tail());
+            }
+            if let Ok((200, _)) = crate::webhook::http_get(&self.addr, "/-/ready").await {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "prometheus not ready after {timeout:?}: {}",
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The end of Prometheus' log.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("prometheus.err.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    /// An instant query at `time` (Unix seconds; now when `None`): the result's series, an error
+    /// naming the query when Prometheus refuses it.
+    pub async fn query(&self, expr: &str, time: Option<f64>) -> anyhow::Result<Vec<Sample>> {
+        let mut path = format!("/api/v1/query?query={}", url_encode(expr));
+        if let Some(t) = time {
+            path.push_str(&format!("&time={t:.3}"));
+        }
+        let (code, body) = crate::webhook::http_get(&self.addr, &path).await?;
+        let v: serde_json::Value = serde_json::from_str(&body)
+            .with_context(|| format!("query {expr}: HTTP {code}, not JSON: {body:.300}"))?;
+        if v["status"] != "success" {
+            bail!("query {expr}: HTTP {code}: {}", v["error"]);
+        }
+        let result = &v["data"]["result"];
+        let series = match v["data"]["resultType"].as_str() {
+            Some("vector") => result.as_array().cloned().unwrap_or_default(),
+            Some("scalar") => vec![serde_json::json!({"metric": {}, "value": result})],
+            other => bail!("query {expr}: result type {other:?}"),
+        };
+        Ok(series
+            .into_iter()
+            .map(|s| Sample {
+                labels: s["metric"].as_object().cloned().unwrap_or_default(),
+                value: s["value"][1].as_str().unwrap_or_default().to_string(),
+            })
+            .collect())
+    }
+
+    /// The scrape targets' health: `(scrape URL, health, last error)`.
+    pub async fn targets(&self) -> anyhow::Result<Vec<(String, String, String)>> {
+        let (_, body) = crate::webhook::http_get(&self.addr, "/api/v1/targets").await?;
+        let v: serde_json::Value = serde_json::from_str(&body)?;
+        Ok(v["data"]["activeTargets"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|t| {
+                (
+                    t["scrapeUrl"].as_str().unwrap_or_default().to_string(),
+                    t["health"].as_str().unwrap_or_default().to_string(),
+                    t["lastError"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect())
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        crate::cluster::signal_group(self.group_leader, "TERM");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        crate::cluster::signal_group(self.group_leader, "KILL");
+        let _ = self.child.wait();
+    }
+}
+
+/// Percent-encodes a query parameter (RFC 3986 unreserved characters kept).
+pub fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
