@@ -90,6 +90,12 @@ impl Migration {
     }
 }
 
+/// The `certificate` label values of the certificate metrics: the business tunnel's, the webhook's CA
+/// and its serving certificate.
+pub const CERTIFICATES: [&str; 3] = ["tunnel", "webhook-ca", "webhook-serving"];
+/// The certificates whose issuance can fail on its own (the webhook CA is issued with its leaf).
+pub const FALLIBLE_CERTIFICATES: [&str; 2] = ["tunnel", "webhook-serving"];
+
 /// What `cp_module_info` says about one CR.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModuleInfo {
@@ -227,6 +233,15 @@ impl Metrics {
         build_info
             .with_label_values(&["controller", env!("CARGO_PKG_VERSION")])
             .set(1);
+        // Every certificate's counters exist from the start at 0: a dashboard or an alert over
+        // `increase(...)` sees "no failures" rather than no series (a real Prometheus showed the panel
+        // empty until the first failure).
+        for c in CERTIFICATES {
+            cert_rotations.with_label_values(&[c]).inc_by(0);
+        }
+        for c in FALLIBLE_CERTIFICATES {
+            cert_failures.with_label_values(&[c]).inc_by(0);
+        }
         Ok(Self {
             registry,
             names,

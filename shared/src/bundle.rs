@@ -7,11 +7,10 @@ use std::path::Path;
 use crate::admission_config::{self, Endpoint};
 
 /// Hand-written manifests, in install order, relative to `manifests/`.
-pub const HAND_WRITTEN: [&str; 6] = [
+pub const HAND_WRITTEN: [&str; 5] = [
     "rbac/controller.yaml",
     "rbac/webhook.yaml",
     "rbac/user-roles.yaml",
-    "network-policies.yaml",
     "controller/deployment.yaml",
     "webhook/deployment.yaml",
 ];

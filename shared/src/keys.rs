@@ -82,8 +82,14 @@ pub const LEGACY_DISCLAIMER_ANNOTATION: &str =
 pub const LEGACY_SKIP_RENDERING_ANNOTATION: &str =
     "reconciler.kyma-project.io/skip-rendering-on-upgrade";
 
+/// On the ConnectivityProxy CR, `"true"` switches the module's NetworkPolicies off (the controller
+/// removes them; any other value or none keeps them). In the operator's domain, so only the operator and
+/// privileged identities may set it: an editor of the CR cannot open the module's pods to the network.
+pub const DISABLE_NETWORK_POLICIES_ANNOTATION: &str =
+    "connectivityproxy.sap.com/disable-network-policies";
+
 /// Every operator-owned key above (the legacy reconciler's are not the operator's).
-pub const OPERATOR_KEYS: [&str; 15] = [
+pub const OPERATOR_KEYS: [&str; 16] = [
     LABEL_OWNER_NAME,
     LABEL_OWNER_NAMESPACE,
     ANNOTATION_APPLIED_HASH,
@@ -99,6 +105,7 @@ pub const OPERATOR_KEYS: [&str; 15] = [
     IMPORTED_ANNOTATION,
     TAKEOVER_ID_ANNOTATION,
     BACKUP_OF_ANNOTATION,
+    DISABLE_NETWORK_POLICIES_ANNOTATION,
 ];
 
 #[cfg(test)]

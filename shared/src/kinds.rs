@@ -30,6 +30,7 @@ pub enum Kind {
     CertManagerCertificate,
     ServiceInstance,
     ServiceBinding,
+    NetworkPolicy,
 }
 
 impl Kind {
@@ -51,8 +52,9 @@ impl Kind {
     }
 
     /// All managed kinds, in apply order.
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::PriorityClass,
+        Kind::NetworkPolicy,
         Kind::ConfigMap,
         Kind::Secret,
         Kind::Service,
@@ -74,6 +76,12 @@ impl Kind {
             Kind::Secret => ("", "v1", "Secret", "secrets"),
             Kind::Service => ("", "v1", "Service", "services"),
             Kind::StatefulSet => ("apps", "v1", "StatefulSet", "statefulsets"),
+            Kind::NetworkPolicy => (
+                "networking.k8s.io",
+                "v1",
+                "NetworkPolicy",
+                "networkpolicies",
+            ),
             Kind::PriorityClass => (
                 "scheduling.k8s.io",
                 "v1",

@@ -26,6 +26,18 @@ pub use crate::keys::{
     LEGACY_MANAGED_BY_VALUE, MANAGED_BY_VALUE, MODULE_VALUE, OPERATOR_ANNOTATION_PREFIX,
 };
 
+// NetworkPolicies (the controller renders them; its RBAC writes them by these names), in apply order.
+pub const NETWORK_POLICIES: [&str; 8] = [
+    "kyma-project.io--connectivity-proxy-operator-deny-all",
+    "kyma-project.io--connectivity-proxy-operator-allow-admission",
+    "kyma-project.io--connectivity-proxy-operator-allow-metrics",
+    "kyma-project.io--connectivity-proxy-operator-allow-egress",
+    "kyma-project.io--connectivity-proxy-to-dns",
+    "kyma-project.io--connectivity-proxy-deny-all",
+    "kyma-project.io--connectivity-proxy-allow-ingress",
+    "kyma-project.io--connectivity-proxy-allow-egress",
+];
+
 // Workload.
 pub const STATEFULSET: &str = "connectivity-proxy";
 pub const SERVICE: &str = "connectivity-proxy";

@@ -223,3 +223,35 @@ pub fn url_encode(s: &str) -> String {
         })
         .collect()
 }
+
+/// Every query of a Grafana dashboard shipped as a ConfigMap (`rel`: its path in the workspace):
+/// `(panel title, expr)`, in panel order.
+pub fn dashboard_queries(rel: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let path = crate::workspace_root().join(rel);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {rel}"))?;
+    let cm: serde_json::Value =
+        serde_norway::from_str(&text).with_context(|| format!("parsing {rel}"))?;
+    let json = cm["data"]
+        .as_object()
+        .and_then(|d| d.values().find_map(|v| v.as_str()))
+        .with_context(|| format!("{rel}: no dashboard JSON in data"))?;
+    let dash: serde_json::Value =
+        serde_json::from_str(json).with_context(|| format!("{rel}: dashboard JSON"))?;
+    let mut out = Vec::new();
+    collect_queries(&dash, &mut out);
+    Ok(out)
+}
+
+fn collect_queries(v: &serde_json::Value, out: &mut Vec<(String, String)>) {
+    if let Some(panels) = v["panels"].as_array() {
+        for p in panels {
+            let title = p["title"].as_str().unwrap_or_default().to_string();
+            for t in p["targets"].as_array().into_iter().flatten() {
+                if let Some(expr) = t["expr"].as_str() {
+                    out.push((title.clone(), expr.to_string()));
+                }
+            }
+            collect_queries(p, out);
+        }
+    }
+}

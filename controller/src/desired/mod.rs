@@ -3,10 +3,13 @@
 
 mod config;
 mod istio;
+pub mod network;
 mod resolve;
 pub mod types;
 mod workload;
 
+#[cfg(test)]
+mod network_tests;
 #[cfg(test)]
 mod tests;
 
@@ -187,6 +190,7 @@ pub fn desired(
     out.extend(config::config_maps(cr, &ns, resolved, mappings));
     out.extend(workload::services(cr, &ns));
     out.push(workload::stateful_set(cr, &ns, resolved));
+    out.extend(network::objects(cr, &ns, &workload::container_ports(cr)));
     if cr.spec.ingress_class() == "istio" {
         out.extend(istio::objects(cr, &ns, resolved));
     }

@@ -107,6 +107,13 @@ pub(super) fn services(cr: &ConnectivityProxy, ns: &str) -> Vec<Desired> {
     ]
 }
 
+/// The proxy container's ports: the tunnel and every enabled proxy.
+pub(super) fn container_ports(cr: &ConnectivityProxy) -> Vec<i32> {
+    std::iter::once(names::TUNNEL_PORT)
+        .chain(proxy_ports(cr).into_iter().map(|(_, p)| p))
+        .collect()
+}
+
 fn proxy_ports(cr: &ConnectivityProxy) -> Vec<(String, i32)> {
     cr.spec
         .proxies()

@@ -106,6 +106,9 @@ async fn module_on_a_real_node() -> anyhow::Result<()> {
     webhook_through_its_service(&cluster)
         .await
         .context("step: the webhook through its Service")?;
+    prometheus_scrapes_the_operator(&cluster)
+        .await
+        .context("step: Prometheus scrapes the operator's pods")?;
     edit_reaches_the_proxy(&cluster, 20010)
         .await
         .context("step: an edit reaches the proxy")?;
@@ -318,6 +321,77 @@ async fn webhook_through_its_service(cluster: &Cluster) -> anyhow::Result<()> {
         stderr.contains("spec.deployment") && stderr.contains("denied the request"),
         "not the webhook's refusal: {stderr}"
     );
+    Ok(())
+}
+
+/// A real Prometheus (built from its Go module) in the node's network namespace scrapes every operator
+/// pod at the address and port the bundle declares, and every query of the in-cluster Grafana dashboard
+/// returns series from what it scraped.
+async fn prometheus_scrapes_the_operator(cluster: &Cluster) -> anyhow::Result<()> {
+    let mut targets = Vec::new();
+    for (job, selector, replicas) in [
+        ("webhook", WEBHOOK_PODS, 2),
+        ("controller", CONTROLLER_PODS, 1),
+    ] {
+        let pods = ready_pods(cluster, selector).await?;
+        anyhow::ensure!(pods.len() == replicas, "{job}: {} pods ready", pods.len());
+        let addrs: Vec<String> = pods
+            .iter()
+            .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+            .map(|ip| format!("'{ip}:8080'"))
+            .collect();
+        targets.push(format!(
+            "- job_name: {job}\n  static_configs:\n  - targets: [{}]\n",
+            addrs.join(", ")
+        ));
+    }
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{}",
+        targets.concat()
+    );
+    let dir = std::env::temp_dir().join(format!("cp-prometheus-node-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut prom = cp_tests::prometheus::Prometheus::start(&dir, &config, Some(&cluster.netns))?;
+    prom.wait_ready(Duration::from_secs(30)).await?;
+    let prom = Arc::new(prom);
+    cp_tests::wait::until(
+        "every operator pod scraped successfully",
+        Duration::from_secs(30),
+        || {
+            let prom = prom.clone();
+            async move {
+                let t = prom.targets().await.map_err(|e| e.to_string())?;
+                if t.len() == 3 && t.iter().all(|(_, health, _)| health == "up") {
+                    Ok(Some(()))
+                } else {
+                    Err(format!("{t:?}"))
+                }
+            }
+        },
+    )
+    .await?;
+    // Two scrapes of every target at least, so rates over the dashboards' windows have two samples.
+    let queries =
+        cp_tests::prometheus::dashboard_queries("manifests/monitoring/grafana-dashboard.yaml")?;
+    anyhow::ensure!(queries.len() >= 10, "{} dashboard queries", queries.len());
+    for (title, expr) in queries {
+        let prom = prom.clone();
+        let what = format!("panel {title:?}: {expr} returns series");
+        cp_tests::wait::until(&what, Duration::from_secs(20), || {
+            let (prom, expr) = (prom.clone(), expr.clone());
+            async move {
+                let series = prom.query(&expr, None).await.map_err(|e| e.to_string())?;
+                if series.is_empty() {
+                    Err("no series".to_string())
+                } else {
+                    Ok(Some(series.len()))
+                }
+            }
+        })
+        .await?;
+    }
+    drop(prom);
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 

@@ -262,156 +262,47 @@ fn cluster_wide_grants_write_no_core_kind_and_read_no_secret() {
     }
 }
 
-/// Whether a NetworkPolicy `podSelector` (matchLabels / matchExpressions with In) selects `labels`.
-fn selects(selector: &Value, labels: &Value) -> bool {
-    let label = |k: &str| labels[k].as_str().map(String::from);
-    let by_labels = selector["matchLabels"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .all(|(k, v)| label(k).as_deref() == v.as_str());
-    let by_expressions = selector["matchExpressions"]
+#[test]
+fn the_controller_writes_exactly_the_modules_network_policies_and_only_by_name() {
+    let docs = all_manifest_docs();
+    let role = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "ClusterRole"
+                && d["metadata"]["name"] == "connectivity-proxy-operator-namespaced"
+        })
+        .expect("the namespaced ClusterRole");
+    let rules: Vec<&Value> = role["rules"]
         .as_array()
         .into_iter()
         .flatten()
-        .all(|e| {
-            assert_eq!(e["operator"], "In", "only In is evaluated here: {e}");
-            let values: Vec<&str> = e["values"]
+        .filter(|r| r["resources"].to_string().contains("networkpolicies"))
+        .collect();
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    for r in rules {
+        let verbs: Vec<&str> = r["verbs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if verbs
+            .iter()
+            .any(|v| ["create", "patch", "update", "delete"].contains(v))
+        {
+            let names: Vec<&str> = r["resourceNames"]
                 .as_array()
                 .into_iter()
                 .flatten()
                 .filter_map(Value::as_str)
                 .collect();
-            label(e["key"].as_str().unwrap_or_default())
-                .is_some_and(|l| values.contains(&l.as_str()))
-        });
-    by_labels && by_expressions
-}
-
-fn ports(rule: &Value) -> Vec<u64> {
-    rule["ports"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| p["port"].as_u64())
-        .collect()
-}
-
-#[test]
-fn network_policies_deny_all_but_the_flows_the_operator_needs() {
-    let docs = all_manifest_docs();
-    let policies: Vec<&Value> = docs
-        .iter()
-        .filter(|d| d["kind"] == "NetworkPolicy")
-        .collect();
-    let pods: Vec<(String, &Value, Vec<u64>)> = docs
-        .iter()
-        .filter(|d| d["kind"] == "Deployment")
-        .map(|d| {
-            let template = &d["spec"]["template"];
-            let declared = template["spec"]["containers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .flat_map(|c| c["ports"].as_array().into_iter().flatten())
-                .filter_map(|p| p["containerPort"].as_u64())
-                .collect();
-            (
-                d["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                &template["metadata"]["labels"],
-                declared,
-            )
-        })
-        .collect();
-    assert_eq!(pods.len(), 2, "the webhook and the controller Deployments");
-    for (name, labels, declared) in &pods {
-        assert_eq!(
-            labels["sidecar.istio.io/inject"],
-            Value::Null,
-            "{name}: the opt-out is an annotation, not a label"
-        );
-        let applying: Vec<&&Value> = policies
-            .iter()
-            .filter(|p| selects(&p["spec"]["podSelector"], labels))
-            .collect();
-        // Deny-all: a policy with both types and no rules selects every operator pod.
-        assert!(
-            applying.iter().any(|p| {
-                let types = p["spec"]["policyTypes"].to_string();
-                types.contains("Ingress")
-                    && types.contains("Egress")
-                    && p["spec"]["ingress"].is_null()
-                    && p["spec"]["egress"].is_null()
-            }),
-            "{name}: no deny-all policy selects it"
-        );
-        let mut ingress: Vec<u64> = Vec::new();
-        let mut egress: Vec<u64> = Vec::new();
-        for p in &applying {
-            for rule in p["spec"]["ingress"].as_array().into_iter().flatten() {
-                let ps = ports(rule);
-                assert!(
-                    !ps.is_empty(),
-                    "{name}: an ingress rule without ports: {rule}"
-                );
-                if ps.contains(&8080) {
-                    assert!(
-                        rule["from"]
-                            .to_string()
-                            .contains("networking.kyma-project.io/metrics-scraping"),
-                        "{name}: metrics open to everyone: {rule}"
-                    );
-                }
-                ingress.extend(ps);
-            }
-            for rule in p["spec"]["egress"].as_array().into_iter().flatten() {
-                let ps = ports(rule);
-                assert!(
-                    !ps.is_empty(),
-                    "{name}: an egress rule without ports: {rule}"
-                );
-                egress.extend(ps);
-            }
+            assert_eq!(names, cp_api::names::NETWORK_POLICIES);
+        } else {
+            assert_eq!(verbs, ["get", "list", "watch"]);
         }
-        ingress.sort();
-        ingress.dedup();
-        egress.sort();
-        egress.dedup();
-        // Ingress only on ports the pod declares; the webhook port only on the webhook.
-        for port in &ingress {
-            assert!(
-                declared.contains(port),
-                "{name}: ingress on undeclared port {port}"
-            );
-        }
-        assert_eq!(
-            ingress.contains(&9443),
-            name.ends_with("webhook"),
-            "{name}: {ingress:?}"
-        );
-        assert!(ingress.contains(&8080), "{name}: metrics not reachable");
-        assert_eq!(egress, vec![53, 443, 6443], "{name}: egress {egress:?}");
-        let annotations = &docs
-            .iter()
-            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == name.as_str())
-            .expect("deployment")["spec"]["template"]["metadata"]["annotations"];
-        assert_eq!(
-            annotations["sidecar.istio.io/inject"], "false",
-            "{name}: kyma-system injects Istio sidecars; the operator opts out"
-        );
     }
-    // The Connectivity Proxy's own pods are not the operator's: no operator policy selects them.
-    let proxy = serde_json::json!({"app": "connectivity-proxy",
-        "app.kubernetes.io/managed-by": "connectivity-proxy-operator", "kyma-project.io/module": "connectivity-proxy"});
-    assert!(
-        policies
-            .iter()
-            .all(|p| !selects(&p["spec"]["podSelector"], &proxy)),
-        "an operator NetworkPolicy selects the proxy's pods"
-    );
+    // No NetworkPolicy in the bundle: the controller applies them, so one annotation switches them off.
+    assert!(docs.iter().all(|d| d["kind"] != "NetworkPolicy"));
 }
 
 #[test]

@@ -256,6 +256,63 @@ async fn missing_istio_is_a_warning_until_it_is_installed() {
     make_ready(admin, NS, "connectivity-proxy").await;
 }
 
+/// Whether every one of the module's NetworkPolicies exists (`true`) or none does (`false`).
+async fn network_policies_are(admin: &Client, present: bool) -> Result<Option<()>, String> {
+    let mut found = Vec::new();
+    for name in cp_api::names::NETWORK_POLICIES {
+        if get(admin, Kind::NetworkPolicy, Some(NS), name)
+            .await
+            .is_some()
+        {
+            found.push(name);
+        }
+    }
+    let want = if present {
+        cp_api::names::NETWORK_POLICIES.len()
+    } else {
+        0
+    };
+    if found.len() == want {
+        Ok(Some(()))
+    } else {
+        Err(format!("present: {found:?}"))
+    }
+}
+
+#[tokio::test]
+async fn network_policies_are_applied_and_one_annotation_switches_them_off() {
+    let env = scenario().await;
+    let admin = &env.admin;
+    create_default_cr(admin, NS, "connectivity-proxy").await;
+    let wait = |present: bool, what: &'static str| {
+        cp_tests::wait::until(what, Duration::from_secs(15), move || {
+            network_policies_are(admin, present)
+        })
+    };
+    if let Err(e) = wait(true, "every NetworkPolicy applied").await {
+        let status = Api::<ConnectivityProxy>::namespaced(admin.clone(), NS)
+            .get("connectivity-proxy")
+            .await
+            .map(|c| c.status);
+        panic!("{e}; CR status: {status:?}");
+    }
+    let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
+    let key = cp_api::keys::DISABLE_NETWORK_POLICIES_ANNOTATION;
+    for (value, present, what) in [
+        (json!("true"), false, "the NetworkPolicies removed"),
+        (json!(null), true, "the NetworkPolicies back"),
+    ] {
+        crs.patch(
+            "connectivity-proxy",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+        )
+        .await
+        .expect("annotate");
+        wait(present, what).await.expect(what);
+    }
+}
+
 #[tokio::test]
 async fn changes_propagate_and_drift_is_repaired() {
     let env = scenario().await;

@@ -56,7 +56,12 @@ async fn an_editor_cannot_set_change_or_remove_the_operators_annotations() {
         .expect("her own annotation");
 
     // Setting an operator annotation on a metadata-only update: refused.
-    for (key, value) in [(MIGRATION, "in-progress"), (DEFAULTS_RELEASE, "0.0.1-x")] {
+    for (key, value) in [
+        (MIGRATION, "in-progress"),
+        (DEFAULTS_RELEASE, "0.0.1-x"),
+        // An editor cannot open the module's pods to the network.
+        (cp_api::keys::DISABLE_NETWORK_POLICIES_ANNOTATION, "true"),
+    ] {
         let patch = json!({"metadata": {"annotations": {key: value}}});
         let msg = denial(
             api.patch("cp", &PatchParams::default(), &Patch::Merge(&patch))
