@@ -114,6 +114,14 @@ pub struct Args {
     /// Key algorithm of the certificates the operator issues: `ecdsa-p256` (default) or `rsa-2048`.
     #[arg(long, env = "CP_KEY_ALGORITHM", default_value = "ecdsa-p256")]
     pub key_algorithm: cp_certs::KeyAlgorithm,
+    /// The Connectivity Proxy image (`spec.deployment.image` default). The bundle sets it on the
+    /// Deployment, where lifecycle-manager's image localization rewrites it for restricted markets.
+    #[arg(long, env = "CP_PROXY_IMAGE")]
+    pub proxy_image: Option<String>,
+    /// The utility image of the proxy's init container (`spec.deployment.utilityImage` default); set
+    /// and localized like `--proxy-image`.
+    #[arg(long, env = "CP_UTILITY_IMAGE")]
+    pub utility_image: Option<String>,
     /// JSON merged over this release's spec.deployment defaults (a hotfix image, or an upgrade test).
     #[arg(long, env = "CP_DEPLOYMENT_DEFAULTS_OVERRIDE")]
     pub deployment_defaults_override: Option<String>,

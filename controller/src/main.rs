@@ -12,6 +12,7 @@ async fn main() -> std::process::ExitCode {
 
 async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
+    cp_api::images::configure(args.proxy_image.as_deref(), args.utility_image.as_deref())?;
     if let Some(Command::MigratePlan {
         namespace,
         name,

@@ -21,25 +21,66 @@ pub const UTILITY_TAG: &str = "1.37.0";
 /// the CR says otherwise; the init container checks that the node allows it.
 pub const MAX_FILE_DESCRIPTORS: i64 = 64000;
 
-/// The complete `spec.deployment` of this release.
+/// This release's proxy image as one reference (what the Deployments' [`PROXY_IMAGE_ENV`] carries).
+///
+/// [`PROXY_IMAGE_ENV`]: crate::images::PROXY_IMAGE_ENV
+pub fn release_proxy_image() -> String {
+    format!("{PROXY_REGISTRY}/{PROXY_REPOSITORY}:{PROXY_TAG}")
+}
+
+/// This release's utility image as one reference (the Deployments' [`UTILITY_IMAGE_ENV`]).
+///
+/// [`UTILITY_IMAGE_ENV`]: crate::images::UTILITY_IMAGE_ENV
+pub fn release_utility_image() -> String {
+    format!("{UTILITY_REGISTRY}/{UTILITY_REPOSITORY}:{UTILITY_TAG}")
+}
+
+/// The images the process was started with (a localized bundle's env values), set once at start by
+/// [`use_images`]; the release's own when unset.
+static IMAGES: std::sync::OnceLock<(Image, Image)> = std::sync::OnceLock::new();
+
+/// The defaults were read before [`use_images`] could set the images.
+#[derive(Debug, thiserror::Error)]
+#[error("the image defaults are already in use; set the images once, before the first request")]
+pub struct ImagesAlreadySet;
+
+/// Makes `proxy` and `utility` this process's image defaults (the webhook and the controller call it
+/// at start with their env values). Fails if the defaults were already read or set.
+pub fn use_images(
+    proxy: &crate::images::ImageRef,
+    utility: &crate::images::ImageRef,
+) -> Result<(), ImagesAlreadySet> {
+    IMAGES
+        .set((
+            proxy.to_image("IfNotPresent"),
+            utility.to_image("IfNotPresent"),
+        ))
+        .map_err(|_| ImagesAlreadySet)
+}
+
+fn images() -> &'static (Image, Image) {
+    IMAGES.get_or_init(|| {
+        let image = |registry: &str, repository: &str, tag: &str| Image {
+            digest: None,
+            pull_policy: Some("IfNotPresent".into()),
+            pull_secret: None,
+            registry: registry.into(),
+            repository: repository.into(),
+            tag: tag.into(),
+        };
+        (
+            image(PROXY_REGISTRY, PROXY_REPOSITORY, PROXY_TAG),
+            image(UTILITY_REGISTRY, UTILITY_REPOSITORY, UTILITY_TAG),
+        )
+    })
+}
+
+/// The complete `spec.deployment` of this release (with the images the process was started with).
 pub fn deployment_defaults() -> Deployment {
+    let (proxy, utility) = images();
     Deployment {
-        image: Some(Image {
-            digest: None,
-            pull_policy: Some("IfNotPresent".into()),
-            pull_secret: None,
-            registry: PROXY_REGISTRY.into(),
-            repository: PROXY_REPOSITORY.into(),
-            tag: PROXY_TAG.into(),
-        }),
-        utility_image: Some(Image {
-            digest: None,
-            pull_policy: Some("IfNotPresent".into()),
-            pull_secret: None,
-            registry: UTILITY_REGISTRY.into(),
-            repository: UTILITY_REPOSITORY.into(),
-            tag: UTILITY_TAG.into(),
-        }),
+        image: Some(proxy.clone()),
+        utility_image: Some(utility.clone()),
         replica_count: Some(1),
         resources: Some(Resources {
             max_file_descriptor_count: Some(MAX_FILE_DESCRIPTORS),

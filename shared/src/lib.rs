@@ -11,6 +11,7 @@ pub mod cli;
 pub mod cp;
 pub mod crds;
 pub mod defaults;
+pub mod images;
 pub mod keys;
 pub mod kinds;
 pub mod mapping;

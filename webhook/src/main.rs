@@ -56,6 +56,13 @@ struct Args {
         default_value = "kyma-system/connectivity-proxy-controller"
     )]
     operator_service_account: String,
+    /// The Connectivity Proxy image injected as `spec.deployment.image` (the bundle sets it; lifecycle-manager's
+    /// image localization rewrites it for restricted markets).
+    #[arg(long, env = "CP_PROXY_IMAGE")]
+    proxy_image: Option<String>,
+    /// The utility image injected as `spec.deployment.utilityImage`; set and localized like `--proxy-image`.
+    #[arg(long, env = "CP_UTILITY_IMAGE")]
+    utility_image: Option<String>,
     /// More users that may change `spec.deployment` (comma-separated).
     #[arg(long, env = "CP_PRIVILEGED_USERS", value_delimiter = ',')]
     privileged_users: Vec<String>,
@@ -129,6 +136,7 @@ async fn run() -> anyhow::Result<()> {
         tracing::warn!(error = %e, "transparent huge pages stay on (more memory, nothing else)");
     }
     let args = Args::parse();
+    cp_api::images::configure(args.proxy_image.as_deref(), args.utility_image.as_deref())?;
     let limits = args.limits()?;
     let metrics = Arc::new(Metrics::new()?);
     let client = kube::Client::try_default()

@@ -408,7 +408,10 @@ fn module_config_satisfies_modulectls_documented_rules() {
         );
     }
     assert_eq!(text("manifest"), cp_api::bundle::BUNDLE);
-    // The scanners scan exactly the images the Deployments run.
+    // The scanners scan exactly the images the Deployments name, as modulectl finds them
+    // (contentprovider/manifest.go ExtractImagesFromManifest): every container's and init container's
+    // `image`, and every env value that looks like an image reference (3-256 characters, a ':' or '@',
+    // no white space; image/image.go IsImageReferenceCandidate) — the proxy's and utility images.
     let security = yaml_docs(&format!("manifests/{}", text("security"))).remove(0);
     let mut scanned: Vec<String> = security["bdba"]
         .as_array()
@@ -427,10 +430,65 @@ fn module_config_satisfies_modulectls_documented_rules() {
                 .cloned()
                 .unwrap_or_default()
         })
-        .filter_map(|c| c["image"].as_str().map(String::from))
+        .flat_map(|c| {
+            let env = c["env"].as_array().cloned().unwrap_or_default();
+            c["image"]
+                .as_str()
+                .map(String::from)
+                .into_iter()
+                .chain(
+                    env.into_iter()
+                        .filter_map(|e| e["value"].as_str().map(String::from))
+                        .filter(|v| {
+                            (3..=256).contains(&v.len())
+                                && (v.contains(':') || v.contains('@'))
+                                && !v.contains(char::is_whitespace)
+                        }),
+                )
+                .collect::<Vec<_>>()
+        })
         .collect();
     running.sort();
+    running.dedup();
     assert_eq!(scanned, running, "sec-scanners-config bdba images");
+    // Every env image candidate is a reference modulectl accepts: a tag (not latest or main) or a digest.
+    for image in &running {
+        let r = cp_api::images::ImageRef::parse(image).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            r.digest.is_some() || !["latest", "main", ""].contains(&r.tag.as_str()),
+            "{image}: modulectl refuses it"
+        );
+    }
+    // The proxy's and utility images the Deployments name are this release's defaults.
+    for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
+        for c in d["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let env = |name: &str| {
+                c["env"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|e| e["name"] == name)
+                    .and_then(|e| e["value"].as_str())
+                    .map(String::from)
+            };
+            assert_eq!(
+                env(cp_api::images::PROXY_IMAGE_ENV),
+                Some(cp_api::defaults::release_proxy_image()),
+                "{}",
+                d["metadata"]["name"]
+            );
+            assert_eq!(
+                env(cp_api::images::UTILITY_IMAGE_ENV),
+                Some(cp_api::defaults::release_utility_image()),
+                "{}",
+                d["metadata"]["name"]
+            );
+        }
+    }
     // The manager is a Deployment of the bundle.
     let m = &cfg["manager"];
     assert!(
@@ -444,6 +502,20 @@ fn module_config_satisfies_modulectls_documented_rules() {
             && d["metadata"]["name"] == m["name"]
             && d["metadata"]["namespace"] == m["namespace"]),
         "manager {m} is not in the bundle"
+    );
+    // lifecycle-manager judges the module's state by the first Deployment of the raw manifest (or the
+    // first StatefulSet when there is none), whatever `manager` says
+    // (internal/manifest/statecheck/state_check.go findManager): that must be the manager.
+    let workloads: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .chain(docs.iter().filter(|d| d["kind"] == "StatefulSet"))
+        .collect();
+    assert_eq!(
+        workloads.first().map(|d| &d["metadata"]["name"]),
+        Some(&m["name"]),
+        "lifecycle-manager would take {:?} for the manager: put the manager's Deployment first",
+        workloads.first().map(|d| &d["metadata"]["name"])
     );
     // Both of the module's kinds are associated resources, with the CRDs' group and version.
     let associated: Vec<String> = cfg["associatedResources"]
