@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The tests of `make test`: every test target of the workspace, in three lanes that run at once.
+# The tests of `make test`: every test target of the workspace, in four lanes that run at once.
 #
-#   lane 1 (foreground):     every test executable but `node`, in cargo's order (the unit tests, the
+#   lane 1 (foreground):     every test executable but `node` and `monitoring`, in cargo's order (the unit tests, the
 #                            `offline` and `library` tests, the PyYAML oracle), then the first half of
 #                            the `control_plane` test groups, then the doc tests;
 #   control_plane_2 (bg):    the second half of the `control_plane` test groups, a process of its own;
-#   node (bg):               the `node` tests (a real node in a network namespace of its own).
+#   node (bg):               the `node` tests (a real node in a network namespace of its own);
+#   monitoring (bg):         promtool's rule tests and the fleet dashboard against a backfilled
+#                            Prometheus (CPU for half a minute, no API server).
 #
 # The lanes share nothing: every control plane takes free loopback ports and is its own test group's
 # (`tests/src/group.rs`: groups never overlap within one process, and two processes never share a
@@ -88,12 +90,13 @@ for g in "${second_half[@]}"; do skip_second_half+=(--skip "$g"); done
 
 background node node "$@"
 background control_plane_2 control_plane "${second_half[@]}" "$@"
+background monitoring monitoring "$@"
 
 started=$SECONDS
 : >"$logs/lane1.failed"
 while IFS=$'\t' read -r dir name kind src exe; do
   case "$name:$kind" in
-    node:test) continue ;;
+    node:test | monitoring:test) continue ;;
     control_plane:test) run_one "$logs/lane1.failed" "$dir" "$name" "$kind" "$src" "$exe" "${skip_second_half[@]}" "$@" </dev/null ;;
     *) run_one "$logs/lane1.failed" "$dir" "$name" "$kind" "$src" "$exe" "$@" </dev/null ;;
   esac

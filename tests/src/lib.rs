@@ -14,6 +14,7 @@ pub mod fakes;
 pub mod fixtures;
 pub mod group;
 pub mod legacy;
+pub mod lifecycle;
 pub mod manifest;
 pub mod netns;
 pub mod node;

@@ -395,6 +395,17 @@ exit 1
         Ok(())
     }
 
+    /// Gives the image `source` (loaded by [`Cluster::load_images`]) the further name `target` in
+    /// containerd, as a registry serving it under that name would (a localized registry, a new tag).
+    pub fn tag_image(&self, source: &str, target: &str) -> anyhow::Result<()> {
+        run(
+            self.ctr()
+                .args(["images", "tag", "--force", source, target]),
+            "ctr images tag",
+        )?;
+        Ok(())
+    }
+
     /// Waits until the node reports Ready.
     pub async fn wait_node_ready(&self, timeout: Duration) -> anyhow::Result<()> {
         let nodes: Api<Node> = Api::all(self.cp.admin().await?);

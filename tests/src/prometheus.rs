@@ -255,3 +255,169 @@ fn collect_queries(v: &serde_json::Value, out: &mut Vec<(String, String)>) {
         }
     }
 }
+
+/// The fleet view at fleet scale: synthetic series of many runtimes, as KCP's Prometheus holds them
+/// (every series with the runtime label its scraper adds), backfilled into a TSDB with
+/// `promtool tsdb create-blocks-from openmetrics` and served by a real Prometheus.
+pub mod fleet {
+    use std::io::Write as _;
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use anyhow::{Context, bail};
+
+    use super::{Prometheus, dashboard_queries, output_text, promtool};
+
+    /// The fleet dashboard (KCP's Grafana).
+    pub const DASHBOARD: &str = "manifests/monitoring/fleet-dashboard.yaml";
+    /// The label KCP's scraper adds (the dashboard variable `runtime_label`'s default).
+    pub const RUNTIME_LABEL: &str = "runtime_id";
+
+    /// The fleet dashboard's queries as Grafana sends them with every runtime selected:
+    /// `(panel, expr)`.
+    pub fn queries() -> anyhow::Result<Vec<(String, String)>> {
+        Ok(dashboard_queries(DASHBOARD)?
+            .into_iter()
+            .map(|(t, e)| {
+                (
+                    t,
+                    e.replace("${runtime_label}", RUNTIME_LABEL)
+                        .replace("${runtime:regex}", ".*"),
+                )
+            })
+            .collect())
+    }
+
+    /// What a backfill wrote.
+    #[derive(Debug, Clone)]
+    pub struct Backfill {
+        /// Runtimes.
+        pub runtimes: usize,
+        /// Series.
+        pub series: usize,
+        /// Samples.
+        pub samples: usize,
+        /// Generating the OpenMetrics text and creating the blocks.
+        pub took: Duration,
+    }
+
+    /// Sample times of every series: every 15 minutes over the day before the last hour, every minute
+    /// in the last hour (what a 5-minute rate and a 24-hour increase need).
+    fn times(now: i64) -> Vec<i64> {
+        let mut t: Vec<i64> = (0..96).map(|i| now - 25 * 3600 + i * 900).collect();
+        t.extend((0..60).map(|i| now - 3600 + (i + 1) * 60));
+        t
+    }
+
+    /// Writes the fleet's series as OpenMetrics text (one family after the other, each series' samples
+    /// in time order, `# EOF` last). A runtime's module is Ready (95 %), Warning, Error or Processing, one
+    /// in a hundred with a blocked legacy migration, tunnel certificates expiring over the next 90 days,
+    /// every webhook answering, one in twenty refusing writes.
+    pub fn write_openmetrics(
+        path: &Path,
+        runtimes: usize,
+        now: i64,
+    ) -> anyhow::Result<(usize, usize)> {
+        let f =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let mut w = std::io::BufWriter::new(f);
+        let times = times(now);
+        let (mut series, mut samples) = (0, 0);
+        let rt = |r: usize| format!("{RUNTIME_LABEL}=\"rt-{r:05}\"");
+        writeln!(w, "# TYPE cp_module_info gauge")?;
+        for r in 0..runtimes {
+            let (state, reason) = match r % 100 {
+                0 => ("Error", "ApplyFailed"),
+                1 | 2 => ("Warning", "ProxyPodFailing"),
+                3 => ("Processing", "StatefulSetNotReady"),
+                _ => ("Ready", "StatefulSetReady"),
+            };
+            let migration = if r % 100 == 50 { "blocked" } else { "none" };
+            let operator = if r % 10 == 0 { "0.0.9" } else { "0.1.0" };
+            let labels = format!(
+                "{},namespace=\"kyma-system\",name=\"connectivity-proxy\",state=\"{state}\",reason=\"{reason}\",migration=\"{migration}\",operator_version=\"{operator}\",proxy_version=\"2.11.0\"",
+                rt(r)
+            );
+            for t in &times {
+                writeln!(w, "cp_module_info{{{labels}}} 1 {t}")?;
+            }
+            series += 1;
+            samples += times.len();
+        }
+        writeln!(w, "# TYPE cp_certificate_expiry_timestamp_seconds gauge")?;
+        for r in 0..runtimes {
+            let expiry = now + ((r % 90) as i64 + 1) * 86400;
+            for t in &times {
+                writeln!(
+                    w,
+                    "cp_certificate_expiry_timestamp_seconds{{{},certificate=\"tunnel\"}} {expiry} {t}",
+                    rt(r)
+                )?;
+            }
+            series += 1;
+            samples += times.len();
+        }
+        writeln!(w, "# TYPE cp_webhook_admission_requests counter")?;
+        for r in 0..runtimes {
+            let mut decisions = vec![("allowed", 2)];
+            if r % 20 == 0 {
+                decisions.push(("denied", 1));
+            }
+            for (decision, per_minute) in decisions {
+                for t in &times {
+                    let minutes = (t - times[0]) / 60;
+                    writeln!(
+                        w,
+                        "cp_webhook_admission_requests_total{{{},endpoint=\"validate\",operation=\"UPDATE\",decision=\"{decision}\"}} {} {t}",
+                        rt(r),
+                        minutes * per_minute
+                    )?;
+                }
+                series += 1;
+                samples += times.len();
+            }
+        }
+        writeln!(w, "# EOF")?;
+        w.flush()?;
+        Ok((series, samples))
+    }
+
+    /// Backfills `runtimes` runtimes ending now into `dir/data` and starts Prometheus on it.
+    pub async fn start(dir: &Path, runtimes: usize) -> anyhow::Result<(Prometheus, Backfill)> {
+        let started = Instant::now();
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir.join("data"))?;
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let text = dir.join("fleet.om");
+        let (series, samples) = write_openmetrics(&text, runtimes, now)?;
+        let out = promtool(
+            dir,
+            &[
+                "tsdb",
+                "create-blocks-from",
+                "openmetrics",
+                "fleet.om",
+                "data",
+            ],
+        )?;
+        let _ = std::fs::remove_file(&text);
+        if !out.status.success() {
+            bail!(
+                "promtool tsdb create-blocks-from openmetrics: {}",
+                output_text(&out)
+            );
+        }
+        let took = started.elapsed();
+        let mut prom = Prometheus::start(dir, "global:\n  scrape_interval: 1m\n", None)?;
+        prom.wait_ready(Duration::from_secs(120)).await?;
+        Ok((
+            prom,
+            Backfill {
+                runtimes,
+                series,
+                samples,
+                took,
+            },
+        ))
+    }
+}

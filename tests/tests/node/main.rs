@@ -4,5 +4,6 @@
 #![forbid(unsafe_code)]
 
 mod images;
+mod lifecycle;
 mod node;
 mod node_legacy;

@@ -23,7 +23,10 @@ const CR: &str = "connectivity-proxy";
 const WEBHOOK_PODS: &str = "app.kubernetes.io/name=connectivity-proxy-operator-webhook";
 const CONTROLLER_PODS: &str = "app.kubernetes.io/name=connectivity-proxy-operator-controller";
 
-async fn wait_cr_ready(cluster: &Cluster, timeout: Duration) -> anyhow::Result<ConnectivityProxy> {
+pub(crate) async fn wait_cr_ready(
+    cluster: &Cluster,
+    timeout: Duration,
+) -> anyhow::Result<ConnectivityProxy> {
     let api: Api<ConnectivityProxy> =
         Api::namespaced(cluster.cp.admin().await?, names::KYMA_SYSTEM);
     cp_tests::wait::until(&format!("CR {CR} Ready"), timeout, || {
@@ -126,7 +129,7 @@ async fn module_on_a_real_node() -> anyhow::Result<()> {
 
 /// Every object in the cluster (`kind/namespace/name`) but Events and the node's own heartbeat and
 /// registration objects.
-fn inventory(cluster: &Cluster) -> anyhow::Result<std::collections::BTreeSet<String>> {
+pub(crate) fn inventory(cluster: &Cluster) -> anyhow::Result<std::collections::BTreeSet<String>> {
     let kinds: Vec<String> = cluster
         .kubectl_run(&["api-resources", "--verbs=list,delete", "-o", "name"])?
         .lines()

@@ -503,6 +503,21 @@ fn module_config_satisfies_modulectls_documented_rules() {
             && d["metadata"]["namespace"] == m["namespace"]),
         "manager {m} is not in the bundle"
     );
+    // modulectl's image version check (internal/service/verifier/image_version_verifier.go,
+    // verifyModuleImageVersion): a container of the manager runs an image tagged with the module version.
+    let manager = docs
+        .iter()
+        .find(|d| d["kind"] == m["kind"] && d["metadata"]["name"] == m["name"])
+        .expect("manager");
+    assert!(
+        manager["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["image"].as_str())
+            .any(|i| i.ends_with(&format!(":{}", cfg["version"].as_str().unwrap_or_default()))),
+        "no container of the manager runs the module version"
+    );
     // lifecycle-manager judges the module's state by the first Deployment of the raw manifest (or the
     // first StatefulSet when there is none), whatever `manager` says
     // (internal/manifest/statecheck/state_check.go findManager): that must be the manager.

@@ -1,0 +1,494 @@
+//! lifecycle-manager's steps on the real node ([`cp_tests::lifecycle`], each step naming the source it
+//! follows): the raw manifest applied as it applies it, with the images localized to another registry as
+//! its rewrite does, the default CR created in a later pass, the module state read from the manager
+//! Deployment; an upgrade to a second bundle (a changed default image, one object fewer) with pruning and
+//! the user's configuration kept; removal in its order, blocked while a ServiceMapping exists.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use cp_api::{ConnectivityProxy, ServiceMapping, State, names};
+use cp_tests::lifecycle::{self, Manifest, ModuleState, Outcome};
+use cp_tests::node::Cluster;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+/// The registry the images are "transferred" to (a restricted market's), as OCM's transfer would
+/// rewrite the component descriptor's image references before lifecycle-manager reads them.
+const LOCAL: &str = "registry.localized.test/kyma";
+/// The proxy image of the second bundle: a release that changed the default.
+const V2_PROXY: &str = "docker.io/sapse/connectivity-proxy:2.11.1";
+const CR: &str = "connectivity-proxy";
+const DASHBOARD: &str = "connectivity-proxy-operator-dashboard";
+
+fn yaml_docs(rel: &str) -> anyhow::Result<Vec<Value>> {
+    let text = std::fs::read_to_string(cp_tests::workspace_root().join(rel))?;
+    let mut out = Vec::new();
+    for doc in text.split("\n---") {
+        let v: Value = serde_norway::from_str(doc).with_context(|| rel.to_string())?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// The images modulectl finds in the manifest (`internal/service/contentprovider/manifest.go`,
+/// `ExtractImagesFromManifest`): container images and env values that look like image references.
+fn images_in(docs: &[Value]) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for d in docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "StatefulSet")
+    {
+        for list in ["containers", "initContainers"] {
+            for c in d["spec"]["template"]["spec"][list]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                out.extend(c["image"].as_str().map(String::from));
+                for e in c["env"].as_array().into_iter().flatten() {
+                    if let Some(v) = e["value"].as_str()
+                        && (3..=256).contains(&v.len())
+                        && (v.contains(':') || v.contains('@'))
+                        && !v.contains(char::is_whitespace)
+                    {
+                        out.insert(v.to_string());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `LOCAL/<last segment>:<tag>`: the name OCM's transfer gives an image in the local registry.
+fn localized(image: &str) -> String {
+    let r = lifecycle::DockerRef::parse(image).unwrap_or_else(|| panic!("{image}"));
+    format!("{LOCAL}/{}", r.name_and_tag)
+}
+
+/// The second bundle: the proxy image default moved to [`V2_PROXY`] and the Grafana dashboard left out.
+fn bundle_v2(v1: &[Value]) -> Vec<Value> {
+    let mut v2: Vec<Value> = v1
+        .iter()
+        .filter(|d| !(d["kind"] == "ConfigMap" && d["metadata"]["name"] == DASHBOARD))
+        .cloned()
+        .collect();
+    for d in v2.iter_mut().filter(|d| d["kind"] == "Deployment") {
+        for c in d["spec"]["template"]["spec"]["containers"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            for e in c["env"].as_array_mut().into_iter().flatten() {
+                if e["name"] == cp_api::images::PROXY_IMAGE_ENV {
+                    e["value"] = json!(V2_PROXY);
+                }
+            }
+        }
+    }
+    v2
+}
+
+/// Reconciles (as lifecycle-manager requeues) until `done` holds for an outcome; every pass is kept.
+async fn reconcile_until(
+    what: &str,
+    timeout: Duration,
+    passes: &mut Vec<(Duration, Outcome)>,
+    start: Instant,
+    mut pass: impl AsyncFnMut() -> anyhow::Result<Option<Outcome>>,
+    done: impl Fn(&Option<Outcome>) -> bool,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let o = pass().await?;
+        if let Some(o) = &o {
+            passes.push((start.elapsed(), o.clone()));
+        }
+        if done(&o) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{what}: not reached after {timeout:?}; last passes: {:#?}",
+                &passes[passes.len().saturating_sub(5)..]
+            );
+        }
+        // lifecycle-manager's requeue after a pass that did not finish.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The images the pods of `selector` run: `(container, spec image, image the kubelet reports)`.
+async fn pod_images(pods: &Api<Pod>, selector: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for p in pods
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items
+    {
+        if p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let spec = p.spec.unwrap_or_default();
+        for c in spec
+            .init_containers
+            .unwrap_or_default()
+            .into_iter()
+            .chain(spec.containers)
+        {
+            out.push((c.name, c.image.unwrap_or_default()));
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module()
+-> anyhow::Result<()> {
+    let cluster = Cluster::shared()?;
+    cluster
+        .prepare_kyma()
+        .await
+        .context("step: prepare the cluster")?;
+    let before = crate::node::inventory(&cluster)?;
+    let admin = cluster.cp.admin().await?;
+    let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+
+    // The images, transferred to the local registry: every image modulectl finds in either bundle.
+    let v1 = yaml_docs(&format!("manifests/{}", cp_api::bundle::BUNDLE))?;
+    let v2 = bundle_v2(&v1);
+    let default_cr = yaml_docs("manifests/default-cr.yaml")?.remove(0);
+    let mut images = images_in(&v1);
+    images.extend(images_in(&v2));
+    assert_eq!(
+        images.len(),
+        5,
+        "operator ×2, proxy ×2 releases, utility: {images:?}"
+    );
+    for image in &images {
+        // The v2 proxy is the stand-in under a new tag.
+        let source = if image == V2_PROXY {
+            cp_api::defaults::release_proxy_image()
+        } else {
+            image.clone()
+        };
+        cluster.tag_image(&source, &localized(image))?;
+    }
+    let targets: Vec<String> = images.iter().map(|i| localized(i)).collect();
+    let render = |bundle: &[Value]| -> anyhow::Result<Vec<Value>> {
+        let mut objs = bundle.to_vec();
+        lifecycle::localize_images(&mut objs, &targets)?;
+        lifecycle::stamp(&mut objs, "kcp-system", "connectivity-proxy-manifest");
+        Ok(objs)
+    };
+    let target_v1 = render(&v1)?;
+    let target_v2 = render(&v2)?;
+    assert!(
+        images_in(&target_v1).iter().all(|i| i.starts_with(LOCAL)),
+        "every image the bundle names is rewritten: {:?}",
+        images_in(&target_v1)
+    );
+
+    // Install: passes until Ready with the default CR created.
+    let mut m = Manifest::new(admin.clone(), "kcp-system", "connectivity-proxy-manifest");
+    let mut passes = Vec::new();
+    let start = Instant::now();
+    reconcile_until(
+        "lifecycle-manager's install: Ready with the default CR",
+        Duration::from_secs(180),
+        &mut passes,
+        start,
+        async || m.reconcile(&target_v1, Some(&default_cr)).await.map(Some),
+        |o| matches!(o, Some(o) if o.state == ModuleState::Ready),
+    )
+    .await
+    .context("step: install")?;
+    assert!(m.default_cr_synced);
+    // The first-install window: every pass until Ready, as the Kyma CR would have shown it.
+    println!("lifecycle-manager's install, pass by pass:");
+    for (at, o) in &passes {
+        println!(
+            "  {:>7.2?}  {:?}  {}",
+            at,
+            o.state,
+            o.operation.chars().take(160).collect::<String>()
+        );
+    }
+    let errors: Vec<&(Duration, Outcome)> = passes
+        .iter()
+        .filter(|(_, o)| o.state == ModuleState::Error)
+        .collect();
+    println!(
+        "first install: {} passes, {} in Error, Ready after {:.1?}",
+        passes.len(),
+        errors.len(),
+        passes.last().map(|p| p.0).unwrap_or_default()
+    );
+    for (_, o) in &errors {
+        // Only the waits of a first install: the manager Deployment not progressing yet, or the default
+        // CR refused while the webhook it needs is not serving.
+        assert!(
+            o.operation.contains("waiting for resources")
+                || (o.operation.starts_with("failed to create resource")
+                    && (o.operation.contains("failed calling webhook")
+                        || o.operation.contains("no endpoints available"))),
+            "an Error pass that is not a first-install wait: {}",
+            o.operation
+        );
+    }
+
+    // The webhook injected the localized images (its env values, rewritten) into the default CR.
+    let cr = crs.get(CR).await?;
+    let image = cr
+        .spec
+        .deployment
+        .as_ref()
+        .and_then(|d| d.image.clone())
+        .context("image")?;
+    assert_eq!(
+        (
+            image.registry.as_str(),
+            image.repository.as_str(),
+            image.tag.as_str()
+        ),
+        (
+            "registry.localized.test",
+            "kyma/connectivity-proxy",
+            "2.11.0"
+        ),
+        "spec.deployment.image"
+    );
+    cluster.fit_fd_limit_to_node(CR).await?;
+    crate::node::wait_cr_ready(&cluster, Duration::from_secs(180))
+        .await
+        .context("step: CR Ready")?;
+    let proxy_images = pod_images(&pods, "app=connectivity-proxy").await?;
+    assert_eq!(
+        proxy_images,
+        vec![
+            (
+                "connectivity-proxy".to_string(),
+                format!("{LOCAL}/connectivity-proxy:2.11.0")
+            ),
+            (
+                "init-fd-limit".to_string(),
+                format!("{LOCAL}/busybox:1.37.0")
+            ),
+        ],
+        "the proxy's pods run the localized images"
+    );
+    for (selector, image) in [
+        (
+            "app.kubernetes.io/name=connectivity-proxy-operator-controller",
+            "controller",
+        ),
+        (
+            "app.kubernetes.io/name=connectivity-proxy-operator-webhook",
+            "webhook",
+        ),
+    ] {
+        let got = pod_images(&pods, selector).await?;
+        assert!(
+            got.iter()
+                .all(|(_, i)| i == &format!("{LOCAL}/{image}:{}", cp_api::defaults::RELEASE)),
+            "{selector}: {got:?}"
+        );
+    }
+    // lifecycle-manager's marks and field manager on what it applied.
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    let d = deployments
+        .get("connectivity-proxy-operator-controller")
+        .await?;
+    let labels = d.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("operator.kyma-project.io/managed-by")
+            .map(String::as_str),
+        Some("kyma")
+    );
+    assert!(
+        d.metadata
+            .managed_fields
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f.manager.as_deref() == Some(lifecycle::APPLIER)),
+        "applied by {}",
+        lifecycle::APPLIER
+    );
+
+    // The user's configuration and a ServiceMapping of theirs.
+    crs.patch(
+        CR,
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": 20011}}}}}}),
+        ),
+    )
+    .await
+    .context("the user's edit")?;
+    let mappings: Api<ServiceMapping> = Api::all(admin.clone());
+    let mapping = cp_api::testing::tcp_mapping("lm-mapping", "lm-subaccount", "lm-service");
+    mappings
+        .create(&PostParams::default(), &mapping)
+        .await
+        .context("the user's ServiceMapping")?;
+
+    // Upgrade to the second bundle: the Dashboard is pruned, the new default image reaches the CR and
+    // the pods, the user's port stays.
+    let mut passes = Vec::new();
+    let start = Instant::now();
+    reconcile_until(
+        "lifecycle-manager's upgrade: Ready",
+        Duration::from_secs(180),
+        &mut passes,
+        start,
+        async || m.reconcile(&target_v2, Some(&default_cr)).await.map(Some),
+        |o| matches!(o, Some(o) if o.state == ModuleState::Ready),
+    )
+    .await
+    .context("step: upgrade")?;
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    assert!(
+        cms.get_opt(DASHBOARD).await?.is_none(),
+        "the object the second bundle lacks is pruned"
+    );
+    cp_tests::wait::until_object(
+        &crs,
+        CR,
+        "the controller moved spec.deployment to the new defaults",
+        Duration::from_secs(60),
+        |c| {
+            let tag = c
+                .spec
+                .deployment
+                .as_ref()
+                .and_then(|d| d.image.as_ref())
+                .map(|i| (i.registry.clone(), i.tag.clone()));
+            match tag {
+                Some((r, t)) if r == "registry.localized.test" && t == "2.11.1" => Ok(Some(())),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await?;
+    let cr = crs.get(CR).await?;
+    let port = serde_json::to_value(&cr.spec.config)?["servers"]["proxy"]["http"]["port"].clone();
+    assert_eq!(port, json!(20011), "the user's configuration kept");
+    // The upgrade moved spec.deployment (operator-owned) to the new defaults, the node's fd limit with it:
+    // the SRE fits it again, as after any upgrade on such a node.
+    cluster.fit_fd_limit_to_node(CR).await?;
+    crate::node::wait_cr_ready(&cluster, Duration::from_secs(180))
+        .await
+        .context("step: CR Ready after the upgrade")?;
+    cp_tests::wait::until(
+        "the proxy's pods on the new default image",
+        Duration::from_secs(120),
+        || {
+            let pods = pods.clone();
+            async move {
+                let got = pod_images(&pods, "app=connectivity-proxy")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if got.iter().any(|(c, i)| {
+                    c == "connectivity-proxy" && *i == format!("{LOCAL}/connectivity-proxy:2.11.1")
+                }) && got.len() == 2
+                {
+                    Ok(Some(()))
+                } else {
+                    Err(format!("{got:?}"))
+                }
+            }
+        },
+    )
+    .await?;
+
+    // Removal: the default CR is deleted and waited for; the operator keeps it (Warning) while the
+    // ServiceMapping exists; then everything lifecycle-manager applied is pruned.
+    let mut passes = Vec::new();
+    let start = Instant::now();
+    let first = m
+        .remove(&target_v2, &default_cr)
+        .await?
+        .context("the module is not gone yet")?;
+    assert_eq!(first.state, ModuleState::Deleting, "{}", first.operation);
+    passes.push((start.elapsed(), first));
+    let held = cp_tests::wait::until_object(
+        &crs,
+        CR,
+        "the CR in Warning, held by the ServiceMapping",
+        Duration::from_secs(60),
+        |c| {
+            let st = c.status.clone().unwrap_or_default();
+            match (c.metadata.deletion_timestamp.is_some(), st.state) {
+                (true, Some(State::Warning)) => Ok(Some(st.description.unwrap_or_default())),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await?;
+    assert!(held.contains("ServiceMapping"), "{held}");
+    // lifecycle-manager keeps waiting for the default CR meanwhile; nothing is pruned.
+    let waiting = m
+        .remove(&target_v2, &default_cr)
+        .await?
+        .context("the module is not gone yet")?;
+    assert_eq!(
+        waiting.state,
+        ModuleState::Deleting,
+        "{}",
+        waiting.operation
+    );
+    passes.push((start.elapsed(), waiting));
+    assert!(
+        cms.get_opt("connectivity-proxy-operator-config")
+            .await?
+            .is_some()
+    );
+    mappings
+        .delete("lm-mapping", &DeleteParams::default())
+        .await?;
+    reconcile_until(
+        "lifecycle-manager's removal: everything gone",
+        Duration::from_secs(180),
+        &mut passes,
+        start,
+        async || m.remove(&target_v2, &default_cr).await,
+        |o| o.is_none(),
+    )
+    .await
+    .context("step: removal")?;
+    println!("lifecycle-manager's removal, pass by pass:");
+    for (at, o) in &passes {
+        println!(
+            "  {:>7.2?}  {:?}  {}",
+            at,
+            o.state,
+            o.operation.chars().take(160).collect::<String>()
+        );
+    }
+    cp_tests::wait::until(
+        "the cluster as before the install",
+        Duration::from_secs(120),
+        || async {
+            let now = crate::node::inventory(&cluster).map_err(|e| format!("{e:#}"))?;
+            let left: Vec<&String> = now.difference(&before).collect();
+            let gone: Vec<&String> = before.difference(&now).collect();
+            if left.is_empty() && gone.is_empty() {
+                Ok(Some(()))
+            } else {
+                Err(format!("left behind: {left:?}; gone: {gone:?}"))
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
