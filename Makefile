@@ -18,9 +18,11 @@ k8s-bins: preflight
 	@bash hack/k8s-bins.sh >/dev/null
 
 ## The node's container runtime: containerd 2 + shim + ctr from the Go module (version-keyed cache); runc,
-## CNI plugins, iptables, busybox-static from Debian when missing (root).
+## CNI plugins, iptables, busybox-static from Debian when missing (root); kube-router (the node's
+## NetworkPolicy engine) from its Go module and ipset from Debian (hack/npc-bins.sh).
 node-bins: preflight
 	@bash hack/node-bins.sh >/dev/null
+	@bash hack/npc-bins.sh >/dev/null
 
 ## Prometheus and promtool from their Go module (tests/k8s-bins/prometheus, version-keyed cache): the
 ## programs that judge the alert rules and dashboards in the tests.
@@ -74,7 +76,7 @@ test: k8s-bins node-bins prom-bins lint deny build test-images
 ## Fails if a control-plane process outlived the tests (the watchdog stops them within seconds).
 check-leaks:
 	@for i in $$(seq 1 50); do \
-	  left=$$(ps -eo pid=,args= | grep -E 'cp-operator/(k8s|containerd|prometheus)-[^ ]*/bin/(kube-apiserver|kube-controller-manager|kube-scheduler|etcd|kubelet|kube-proxy|containerd|containerd-shim-runc-v2|prometheus) ' | grep -v grep || true); \
+	  left=$$(ps -eo pid=,args= | grep -E 'cp-operator/(k8s|containerd|prometheus|kube-router)-[^ ]*/bin/(kube-apiserver|kube-controller-manager|kube-scheduler|etcd|kubelet|kube-proxy|containerd|containerd-shim-runc-v2|prometheus|kube-router) ' | grep -v grep || true); \
 	  netns=$$(ip netns list 2>/dev/null | grep -o '^cp-node-[0-9]*' || true); \
 	  [ -z "$$left$$netns" ] && exit 0; sleep 0.2; \
 	done; echo "control-plane or node processes (or network namespaces) left:"; echo "$$left"; echo "$$netns"; exit 1

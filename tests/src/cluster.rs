@@ -276,6 +276,14 @@ impl ControlPlane {
         // All at once, each listener held until the last is chosen: distinct ports. (Inside a network
         // namespace the host cannot see which ports its components took, so one at a time could repeat.)
         let [etcd_port, peer_port, api_port, kcm_port, scheduler_port] = free_ports()?;
+        // In the node's network namespace (a port space of its own) the API server takes 6443, the port
+        // pods reach it on in a kubeadm cluster: NetworkPolicies judge the port after the `kubernetes`
+        // Service's translation, and the module's egress policy allows 443 and 6443.
+        let api_port = if opts.netns.is_some() {
+            API_PORT_IN_NETNS
+        } else {
+            api_port
+        };
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         cp.spawn_component(
@@ -812,6 +820,9 @@ impl Drop for ControlPlane {
         }
     }
 }
+
+/// The API server's port inside the node's network namespace.
+pub const API_PORT_IN_NETNS: u16 = 6443;
 
 /// A client from kubeconfig YAML.
 pub async fn client_from_kubeconfig(yaml: &str) -> anyhow::Result<Client> {

@@ -16,6 +16,10 @@ use anyhow::{Context, bail};
 /// it through the bridge, the kubelet registers it as the node's InternalIP.
 pub const NODE_IP: &str = "10.200.0.1";
 
+/// Node-local DNS's address on Gardener's nodes (link-local, in the host network), where the node's
+/// stand-in DNS answers the pods: the module's DNS NetworkPolicy allows port 53 there.
+pub const NODE_LOCAL_DNS_IP: &str = "169.254.20.10";
+
 /// A named network namespace (`ip netns add`), deleted on drop. The control plane's watchdog deletes
 /// it too when the test process dies without dropping it.
 #[derive(Debug)]
@@ -57,6 +61,17 @@ impl Netns {
             "addr",
             "add",
             &format!("{NODE_IP}/32"),
+            "dev",
+            "node0",
+        ])?;
+        // Node-local DNS's link-local address, as on Gardener (its node-local-dns runs in the host
+        // network): the node's stand-in DNS answers there too, and the pods use it.
+        ip(&[
+            "-n",
+            name,
+            "addr",
+            "add",
+            &format!("{NODE_LOCAL_DNS_IP}/32"),
             "dev",
             "node0",
         ])?;

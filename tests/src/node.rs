@@ -156,6 +156,20 @@ fn run(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// The directory holding kube-router (`hack/npc-bins.sh` builds it on first use).
+pub fn npc_bin_dir() -> anyhow::Result<PathBuf> {
+    let script = crate::workspace_root().join("hack/npc-bins.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!("{} failed ({})", script.display(), out.status);
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
 /// The directory holding containerd, its shim and ctr (`hack/node-bins.sh` builds them on first use).
 pub fn node_bin_dir() -> anyhow::Result<PathBuf> {
     if let Some(d) = std::env::var_os("CP_NODE_BIN_DIR") {
@@ -226,6 +240,9 @@ impl Cluster {
         let node_ip: Ipv4Addr = NODE_IP.parse()?;
         let dns = netns.bind_udp(SocketAddr::from((node_ip, 53)))?;
         crate::netns::serve_dns(dns, DNS_ZONE, node_ip);
+        let local_dns: Ipv4Addr = crate::netns::NODE_LOCAL_DNS_IP.parse()?;
+        let dns = netns.bind_udp(SocketAddr::from((local_dns, 53)))?;
+        crate::netns::serve_dns(dns, DNS_ZONE, node_ip);
         let ca_listener = netns.bind_tcp(SocketAddr::from((node_ip, 443)))?;
         let ca_endpoint = format!("https://{CA_ENDPOINT_HOST}");
         start_background(cp.kubeconfig_yaml(&Identity::Admin, None)?, ca_listener)?;
@@ -240,7 +257,10 @@ impl Cluster {
             containerd_config(&dir, &socket),
         )?;
         fs::write(dir.join("cni/10-cp-node.conflist"), CNI_CONFIG)?;
-        fs::write(dir.join("resolv.conf"), format!("nameserver {NODE_IP}\n"))?;
+        fs::write(
+            dir.join("resolv.conf"),
+            format!("nameserver {}\n", crate::netns::NODE_LOCAL_DNS_IP),
+        )?;
         fs::write(
             dir.join("kubelet.yaml"),
             kubelet_config(&dir, &socket, &cgroup_root),
@@ -321,7 +341,81 @@ exit 1
             .enable_all()
             .build()?;
         rt.block_on(cluster.wait_node_ready(Duration::from_secs(120)))?;
+        cluster.start_network_policy_engine()?;
         Ok(cluster)
+    }
+
+    /// Starts the NetworkPolicy engine: kube-router's policy controller alone (no routing, no service
+    /// proxy) in the node's namespace, enforcing every NetworkPolicy with iptables and ipset as a
+    /// policy-enforcing CNI would (Gardener's Calico does the same job). Returns once its chains are in
+    /// place. Traffic from the node itself (kubelet probes, the API server here) always passes, as on
+    /// Gardener.
+    fn start_network_policy_engine(&self) -> anyhow::Result<()> {
+        let bin = npc_bin_dir()?.join("kube-router");
+        let ns = &self.netns.name;
+        run(
+            Command::new("ip").args([
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                "net.bridge.bridge-nf-call-iptables=1",
+            ]),
+            "enabling bridge netfilter in the node's namespace",
+        )?;
+        let kubeconfig = self.cp.dir.join("admin-internal.kubeconfig");
+        self.cp.spawn_process(
+            "kube-router",
+            Command::new("ip")
+                .args(["netns", "exec", ns, "env"])
+                .arg(format!("NODE_NAME={NODE_NAME}"))
+                .arg("PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+                .arg(&bin)
+                .args([
+                    "--run-firewall=true",
+                    "--run-router=false",
+                    "--run-service-proxy=false",
+                    &format!("--kubeconfig={}", kubeconfig.display()),
+                    &format!("--hostname-override={NODE_NAME}"),
+                    "--service-cluster-ip-range=10.0.0.0/24",
+                    "--health-port=0",
+                    "--metrics-port=0",
+                    "--v=1",
+                ]),
+        )?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let rules = run(
+                Command::new("ip").args(["netns", "exec", ns, "iptables-save", "-t", "filter"]),
+                "iptables-save in the node's namespace",
+            )?;
+            if rules.contains("KUBE-ROUTER-FORWARD") {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "kube-router set up no chains within 90 s: {}",
+                    self.cp.log_tail("kube-router", 20)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The iptables filter rules the NetworkPolicy engine keeps in the node's namespace.
+    pub fn policy_rules(&self) -> anyhow::Result<String> {
+        run(
+            Command::new("ip").args([
+                "netns",
+                "exec",
+                &self.netns.name,
+                "iptables-save",
+                "-t",
+                "filter",
+            ]),
+            "iptables-save in the node's namespace",
+        )
     }
 
     fn ctr(&self) -> Command {

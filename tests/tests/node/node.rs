@@ -112,6 +112,9 @@ async fn module_on_a_real_node() -> anyhow::Result<()> {
     prometheus_scrapes_the_operator(&cluster)
         .await
         .context("step: Prometheus scrapes the operator's pods")?;
+    network_policies_are_enforced(&cluster)
+        .await
+        .context("step: the NetworkPolicies enforced")?;
     edit_reaches_the_proxy(&cluster, 20010)
         .await
         .context("step: an edit reaches the proxy")?;
@@ -395,6 +398,230 @@ async fn prometheus_scrapes_the_operator(cluster: &Cluster) -> anyhow::Result<()
     }
     drop(prom);
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Runs a one-shot busybox pod in `ns` with `labels` that opens a TCP connection to `ip:port`
+/// (busybox `nc -e true`: exit 0 once connected); `true` when it connected. The pod meets Pod Security
+/// `restricted` (kyma-system enforces it).
+async fn connects(
+    cluster: &Cluster,
+    ns: &str,
+    labels: serde_json::Value,
+    ip: &str,
+    port: i32,
+) -> anyhow::Result<bool> {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let name = format!("np-probe-{}", N.fetch_add(1, Ordering::SeqCst));
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": false,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "probe",
+                "image": "localhost/cp-node-busybox:0.1.0",
+                "command": ["nc", "-w", "3", ip, port.to_string(), "-e", "true"],
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}
+            }]
+        }
+    }))?;
+    let pods: Api<Pod> = Api::namespaced(cluster.cp.admin().await?, ns);
+    pods.create(&Default::default(), &pod).await?;
+    let phase = cp_tests::wait::until_object(
+        &pods,
+        &name,
+        "the probe pod finished",
+        Duration::from_secs(60),
+        |p| match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some(ph @ ("Succeeded" | "Failed")) => Ok(Some(ph.to_string())),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await?;
+    if phase != "Succeeded" {
+        let log = pods
+            .logs(&name, &Default::default())
+            .await
+            .unwrap_or_default();
+        println!("  probe {name} → {ip}:{port}: {}", log.trim());
+    }
+    pods.delete(&name, &DeleteParams::default().grace_period(0))
+        .await?;
+    Ok(phase == "Succeeded")
+}
+
+/// The module's NetworkPolicies, enforced by the node's policy engine (kube-router, iptables and
+/// ipset): the flows the module needs pass and others are dropped, from pods in and outside
+/// kyma-system; the switch-off annotation opens them. DNS (to node-local DNS) and the Connectivity CA
+/// fetch (443) already passed: the CR became Ready through them; the API server → webhook and the
+/// operator → API server (6443 behind the `kubernetes` Service) pass on every write of these tests.
+async fn network_policies_are_enforced(cluster: &Cluster) -> anyhow::Result<()> {
+    let rules = cluster.policy_rules()?;
+    anyhow::ensure!(
+        rules.contains("KUBE-POD-FW-"),
+        "no pod firewall chain: the engine enforces nothing\n{rules}"
+    );
+    let ip = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .unwrap_or_default()
+    };
+    let controller = ip(&ready_pods(cluster, CONTROLLER_PODS).await?[0]);
+    let webhook = ip(&ready_pods(cluster, WEBHOOK_PODS).await?[0]);
+    let proxy_pod = ready_pods(cluster, "app=connectivity-proxy").await?[0].clone();
+    let proxy = ip(&proxy_pod);
+    let http_port = proxy_pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.ports.as_ref())
+        .and_then(|ps| ps.iter().find(|p| p.name.as_deref() == Some("http-proxy")))
+        .map(|p| p.container_port)
+        .context("the proxy's HTTP port")?;
+    let admin = cluster.cp.admin().await?;
+    cp_tests::cluster::ensure_namespace(&admin, "np-probe").await?;
+    let scraper = serde_json::json!({"networking.kyma-project.io/metrics-scraping": "allowed"});
+    let anyone = serde_json::json!({"app": "np-probe"});
+    // Shaped like the proxy's pods (its policies select it): what the proxy may reach.
+    let proxy_like = serde_json::json!({"app": "connectivity-proxy", "kyma-project.io/module": "connectivity-proxy"});
+    let cases = [
+        (
+            "a scraper → controller metrics",
+            "np-probe",
+            scraper.clone(),
+            controller.as_str(),
+            8080,
+            true,
+        ),
+        (
+            "a scraper → webhook metrics",
+            "np-probe",
+            scraper.clone(),
+            webhook.as_str(),
+            8080,
+            true,
+        ),
+        (
+            "anyone → webhook admission port",
+            "np-probe",
+            anyone.clone(),
+            webhook.as_str(),
+            9443,
+            true,
+        ),
+        (
+            "anyone → the proxy's HTTP port",
+            "np-probe",
+            anyone.clone(),
+            proxy.as_str(),
+            http_port,
+            true,
+        ),
+        (
+            "anyone → the proxy's tunnel port",
+            "np-probe",
+            anyone.clone(),
+            proxy.as_str(),
+            names::TUNNEL_PORT,
+            true,
+        ),
+        (
+            "a pod that is no scraper → controller metrics",
+            "np-probe",
+            anyone.clone(),
+            controller.as_str(),
+            8080,
+            false,
+        ),
+        (
+            "a pod that is no scraper → webhook metrics",
+            "np-probe",
+            anyone.clone(),
+            webhook.as_str(),
+            8080,
+            false,
+        ),
+        (
+            "a proxy-shaped pod → the CA endpoint (443)",
+            names::KYMA_SYSTEM,
+            proxy_like.clone(),
+            cp_tests::netns::NODE_IP,
+            443,
+            true,
+        ),
+        (
+            "a proxy-shaped pod → controller metrics (egress)",
+            names::KYMA_SYSTEM,
+            proxy_like.clone(),
+            controller.as_str(),
+            8080,
+            false,
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (what, ns, labels, ip, port, expected) in &cases {
+        let got = connects(cluster, ns, labels.clone(), ip, *port).await?;
+        println!(
+            "network policy: {what} ({ip}:{port}): {}",
+            if got { "passes" } else { "dropped" }
+        );
+        if got != *expected {
+            wrong.push(format!(
+                "{what}: {}",
+                if got { "passes" } else { "dropped" }
+            ));
+        }
+    }
+    anyhow::ensure!(wrong.is_empty(), "flows not as the policies say: {wrong:?}");
+
+    // Switched off by a privileged identity: the dropped flow passes; back on: dropped again.
+    let sre = cluster
+        .cp
+        .client(&cp_tests::cluster::Identity::User {
+            name: cp_tests::node::SRE_USER.into(),
+            groups: vec!["system:masters".into()],
+        })
+        .await?;
+    let crs: Api<ConnectivityProxy> = Api::namespaced(sre, names::KYMA_SYSTEM);
+    let key = cp_api::keys::DISABLE_NETWORK_POLICIES_ANNOTATION;
+    for (value, expected) in [
+        (serde_json::json!("true"), true),
+        (serde_json::Value::Null, false),
+    ] {
+        crs.patch(
+            CR,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {key: value}}})),
+        )
+        .await
+        .context("the switch-off annotation")?;
+        cp_tests::wait::until(
+            "the unlabelled pod's scrape follows the switch",
+            Duration::from_secs(60),
+            || {
+                let anyone = anyone.clone();
+                let controller = controller.clone();
+                async move {
+                    let got = connects(cluster, "np-probe", anyone, &controller, 8080)
+                        .await
+                        .map_err(|e| format!("{e:#}"))?;
+                    (got == expected)
+                        .then_some(())
+                        .map(Some)
+                        .ok_or(format!("connects: {got}"))
+                }
+            },
+        )
+        .await?;
+    }
+    // The probes' namespace goes (the uninstall step compares the cluster with its state before).
+    let namespaces: Api<Namespace> = Api::all(admin);
+    namespaces
+        .delete("np-probe", &DeleteParams::default())
+        .await?;
     Ok(())
 }
 
