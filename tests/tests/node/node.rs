@@ -401,55 +401,89 @@ async fn prometheus_scrapes_the_operator(cluster: &Cluster) -> anyhow::Result<()
     Ok(())
 }
 
-/// Runs a one-shot busybox pod in `ns` with `labels` that opens a TCP connection to `ip:port`
-/// (busybox `nc -e true`: exit 0 once connected); `true` when it connected. The pod meets Pod Security
-/// `restricted` (kyma-system enforces it).
-async fn connects(
+/// A busybox pod in `ns` with `labels`, to open connections from (restricted Pod Security: kyma-system
+/// enforces it). Returned once the policy engine has its rules for it: the engine applies rules after
+/// each pod event, and a connection made before would be judged without them.
+async fn probe_pod(
     cluster: &Cluster,
     ns: &str,
+    name: &str,
     labels: serde_json::Value,
-    ip: &str,
-    port: i32,
-) -> anyhow::Result<bool> {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let name = format!("np-probe-{}", N.fetch_add(1, Ordering::SeqCst));
+) -> anyhow::Result<(String, String)> {
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": name, "labels": labels},
         "spec": {
-            "restartPolicy": "Never",
             "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 0,
             "securityContext": {"runAsNonRoot": true, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [{
                 "name": "probe",
                 "image": "localhost/cp-node-busybox:0.1.0",
-                "command": ["nc", "-w", "3", ip, port.to_string(), "-e", "true"],
+                "command": ["sleep", "3600"],
                 "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}
             }]
         }
     }))?;
     let pods: Api<Pod> = Api::namespaced(cluster.cp.admin().await?, ns);
     pods.create(&Default::default(), &pod).await?;
-    let phase = cp_tests::wait::until_object(
+    cp_tests::wait::until_object(
         &pods,
-        &name,
-        "the probe pod finished",
+        name,
+        "the probe pod running",
         Duration::from_secs(60),
         |p| match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
-            Some(ph @ ("Succeeded" | "Failed")) => Ok(Some(ph.to_string())),
+            Some("Running") => Ok(Some(())),
             other => Err(format!("{other:?}")),
         },
     )
     .await?;
-    if phase != "Succeeded" {
-        let log = pods
-            .logs(&name, &Default::default())
-            .await
-            .unwrap_or_default();
-        println!("  probe {name} → {ip}:{port}: {}", log.trim());
+    let mark = format!("POD name:{name} namespace: {ns}");
+    cp_tests::wait::until(
+        "the policy engine's rules for the probe",
+        Duration::from_secs(30),
+        || {
+            let rules = cluster.policy_rules().map_err(|e| format!("{e:#}"));
+            let mark = mark.clone();
+            async move { Ok(rules?.contains(&mark).then_some(())) }
+        },
+    )
+    .await?;
+    Ok((ns.to_string(), name.to_string()))
+}
+
+/// Whether the probe pod opens a TCP connection to `ip:port` (busybox `nc ... -e true`: exit 0 once
+/// connected, 1 when refused or rejected).
+fn connects(
+    cluster: &Cluster,
+    probe: &(String, String),
+    ip: &str,
+    port: i32,
+) -> anyhow::Result<bool> {
+    let out = cluster
+        .kubectl()?
+        .args([
+            "exec",
+            "-n",
+            &probe.0,
+            &probe.1,
+            "--",
+            "nc",
+            "-w",
+            "3",
+            ip,
+            &port.to_string(),
+            "-e",
+            "true",
+        ])
+        .output()?;
+    if !out.status.success() {
+        println!(
+            "  {} → {ip}:{port}: {}",
+            probe.1,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
-    pods.delete(&name, &DeleteParams::default().grace_period(0))
-        .await?;
-    Ok(phase == "Succeeded")
+    Ok(out.status.success())
 }
 
 /// The module's NetworkPolicies, enforced by the node's policy engine (kube-router, iptables and
@@ -483,87 +517,157 @@ async fn network_policies_are_enforced(cluster: &Cluster) -> anyhow::Result<()> 
         .context("the proxy's HTTP port")?;
     let admin = cluster.cp.admin().await?;
     cp_tests::cluster::ensure_namespace(&admin, "np-probe").await?;
-    let scraper = serde_json::json!({"networking.kyma-project.io/metrics-scraping": "allowed"});
-    let anyone = serde_json::json!({"app": "np-probe"});
+    // A stand-in for Gardener's CoreDNS pods (kube-system, `k8s-app: kube-dns`): TCP listeners on 53,
+    // 8053 (CoreDNS's port there) and 9053 (a port the module's DNS policy does not open).
+    let dns_pods: Api<Pod> = Api::namespaced(admin.clone(), "kube-system");
+    let listener = |port: i32| {
+        serde_json::json!({"name": format!("tcp-{port}"), "image": "localhost/cp-node-busybox:0.1.0",
+            "command": ["nc", "-ll", "-p", port.to_string(), "-e", "true"]})
+    };
+    let dns: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "np-kube-dns", "labels": {"k8s-app": "kube-dns"}},
+        "spec": {"automountServiceAccountToken": false,
+                 "containers": [listener(53), listener(8053), listener(9053)]}
+    }))?;
+    dns_pods.create(&Default::default(), &dns).await?;
+    let dns_ip = cp_tests::wait::until_object(
+        &dns_pods,
+        "np-kube-dns",
+        "the kube-dns stand-in running",
+        Duration::from_secs(60),
+        |p| {
+            let st = p.status.clone().unwrap_or_default();
+            let running = st
+                .container_statuses
+                .unwrap_or_default()
+                .iter()
+                .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                .count();
+            match (running, st.pod_ip) {
+                (3, Some(ip)) => Ok(Some(ip)),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await?;
+    let scraper = probe_pod(
+        cluster,
+        "np-probe",
+        "np-scraper",
+        serde_json::json!({"networking.kyma-project.io/metrics-scraping": "allowed"}),
+    )
+    .await?;
+    let anyone = probe_pod(
+        cluster,
+        "np-probe",
+        "np-anyone",
+        serde_json::json!({"app": "np-probe"}),
+    )
+    .await?;
     // Shaped like the proxy's pods (its policies select it): what the proxy may reach.
-    let proxy_like = serde_json::json!({"app": "connectivity-proxy", "kyma-project.io/module": "connectivity-proxy"});
+    let proxy_like = probe_pod(
+        cluster,
+        names::KYMA_SYSTEM,
+        "np-proxy-like",
+        serde_json::json!({"app": "connectivity-proxy", "kyma-project.io/module": "connectivity-proxy"}),
+    )
+    .await?;
     let cases = [
         (
             "a scraper → controller metrics",
-            "np-probe",
-            scraper.clone(),
+            &scraper,
             controller.as_str(),
             8080,
             true,
         ),
         (
             "a scraper → webhook metrics",
-            "np-probe",
-            scraper.clone(),
+            &scraper,
             webhook.as_str(),
             8080,
             true,
         ),
         (
             "anyone → webhook admission port",
-            "np-probe",
-            anyone.clone(),
+            &anyone,
             webhook.as_str(),
             9443,
             true,
         ),
         (
             "anyone → the proxy's HTTP port",
-            "np-probe",
-            anyone.clone(),
+            &anyone,
             proxy.as_str(),
             http_port,
             true,
         ),
         (
             "anyone → the proxy's tunnel port",
-            "np-probe",
-            anyone.clone(),
+            &anyone,
             proxy.as_str(),
             names::TUNNEL_PORT,
             true,
         ),
         (
             "a pod that is no scraper → controller metrics",
-            "np-probe",
-            anyone.clone(),
+            &anyone,
             controller.as_str(),
             8080,
             false,
         ),
         (
             "a pod that is no scraper → webhook metrics",
-            "np-probe",
-            anyone.clone(),
+            &anyone,
             webhook.as_str(),
             8080,
             false,
         ),
         (
             "a proxy-shaped pod → the CA endpoint (443)",
-            names::KYMA_SYSTEM,
-            proxy_like.clone(),
+            &proxy_like,
             cp_tests::netns::NODE_IP,
             443,
             true,
         ),
         (
+            "a proxy-shaped pod → the API server (6443: the proxy has no business there)",
+            &proxy_like,
+            cp_tests::netns::NODE_IP,
+            i32::from(cp_tests::cluster::API_PORT_IN_NETNS),
+            false,
+        ),
+        (
             "a proxy-shaped pod → controller metrics (egress)",
-            names::KYMA_SYSTEM,
-            proxy_like.clone(),
+            &proxy_like,
             controller.as_str(),
             8080,
             false,
         ),
+        (
+            "a proxy-shaped pod → kube-dns on 53",
+            &proxy_like,
+            dns_ip.as_str(),
+            53,
+            true,
+        ),
+        (
+            "a proxy-shaped pod → kube-dns on 8053 (Gardener's CoreDNS)",
+            &proxy_like,
+            dns_ip.as_str(),
+            8053,
+            true,
+        ),
+        (
+            "a proxy-shaped pod → kube-dns on another port",
+            &proxy_like,
+            dns_ip.as_str(),
+            9053,
+            false,
+        ),
     ];
     let mut wrong = Vec::new();
-    for (what, ns, labels, ip, port, expected) in &cases {
-        let got = connects(cluster, ns, labels.clone(), ip, *port).await?;
+    for (what, from, ip, port, expected) in &cases {
+        let got = connects(cluster, from, ip, *port)?;
         println!(
             "network policy: {what} ({ip}:{port}): {}",
             if got { "passes" } else { "dropped" }
@@ -602,12 +706,10 @@ async fn network_policies_are_enforced(cluster: &Cluster) -> anyhow::Result<()> 
             "the unlabelled pod's scrape follows the switch",
             Duration::from_secs(60),
             || {
-                let anyone = anyone.clone();
-                let controller = controller.clone();
+                let got =
+                    connects(cluster, &anyone, &controller, 8080).map_err(|e| format!("{e:#}"));
                 async move {
-                    let got = connects(cluster, "np-probe", anyone, &controller, 8080)
-                        .await
-                        .map_err(|e| format!("{e:#}"))?;
+                    let got = got?;
                     (got == expected)
                         .then_some(())
                         .map(Some)
@@ -617,7 +719,14 @@ async fn network_policies_are_enforced(cluster: &Cluster) -> anyhow::Result<()> 
         )
         .await?;
     }
-    // The probes' namespace goes (the uninstall step compares the cluster with its state before).
+    // The probes, their namespace and the DNS stand-in go (the uninstall step compares the cluster with
+    // its state before).
+    Api::<Pod>::namespaced(admin.clone(), names::KYMA_SYSTEM)
+        .delete("np-proxy-like", &DeleteParams::default().grace_period(0))
+        .await?;
+    dns_pods
+        .delete("np-kube-dns", &DeleteParams::default().grace_period(0))
+        .await?;
     let namespaces: Api<Namespace> = Api::all(admin);
     namespaces
         .delete("np-probe", &DeleteParams::default())
