@@ -148,7 +148,8 @@ impl Facts {
     pub fn cluster_facts(&self, key: Option<&crate::btp::ServiceKey>) -> desired::ClusterFacts {
         desired::ClusterFacts {
             cluster_domain: self.cluster_domain.clone(),
-            service_mappings: self.mappings.iter().map(|m| m.name_any()).collect(),
+            service_mapping_count: self.mappings.len(),
+            service_mappings: self.mappings.iter().take(3).map(|m| m.name_any()).collect(),
             binding_subaccount_id: key.and_then(|k| k.subaccount_id.clone()),
             binding_subaccount_subdomain: key.and_then(|k| k.subaccount_subdomain.clone()),
         }

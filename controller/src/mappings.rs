@@ -19,7 +19,7 @@ use crate::Error;
 use crate::desired::Resolved;
 
 /// The aggregated ConfigMap must stay below the 1 MiB object limit; this leaves room for metadata.
-pub const MAX_CONFIGMAP_BYTES: usize = 1024 * 1024 - 64 * 1024;
+pub const MAX_CONFIGMAP_BYTES: usize = cp_api::mapping::MAPPINGS_BUDGET_BYTES;
 
 use cp_api::keys::ADOPTED_ANNOTATION;
 

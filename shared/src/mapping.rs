@@ -157,3 +157,104 @@ mod tests {
         }
     }
 }
+
+/// The bytes the aggregated ServiceMappings may take in ConfigMap `connectivity-proxy-service-mappings`:
+/// a Kubernetes object is at most 1 MiB, and this leaves 64 KiB for its metadata. The controller keeps
+/// the last configuration that fitted beyond it; the webhook refuses a mapping that would cross it.
+pub const MAPPINGS_BUDGET_BYTES: usize = 1024 * 1024 - 64 * 1024;
+
+/// The share of [`MAPPINGS_BUDGET_BYTES`] (percent) from which the CR warns that the budget is near.
+pub const MAPPINGS_WARNING_PERCENT: usize = 80;
+
+/// The ConfigMap around the entries, as the controller applies it: the brackets of the list and the
+/// object's metadata, generously (names, labels, owner reference, annotations).
+pub const MAPPINGS_CONFIGMAP_OVERHEAD_BYTES: usize = 2 * 1024;
+
+/// One mapping in the service-mappings ConfigMap. Serialised straight to text, so the fields are
+/// declared in the alphabetical order of their JSON names: the order the proxy has always been given
+/// (the controller's golden test pins it).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MappingEntry<'a> {
+    internal_address: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    location_ids: Option<&'a [String]>,
+    name: Option<&'a str>,
+    service_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subaccount_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tenant_id: Option<&'a str>,
+    #[serde(rename = "type")]
+    kind: &'a str,
+}
+
+fn entry<'a>(name: Option<&'a str>, s: &'a ServiceMappingSpec) -> MappingEntry<'a> {
+    MappingEntry {
+        internal_address: &s.internal_address,
+        location_ids: s.location_ids.as_deref().filter(|l| !l.is_empty()),
+        name,
+        service_id: &s.service_id,
+        subaccount_id: s.subaccount_id.as_deref(),
+        tenant_id: s.tenant_id.as_deref(),
+        kind: s.kind.as_str(),
+    }
+}
+
+/// The mappings as the proxy reads them (ConfigMap `connectivity-proxy-service-mappings`): a JSON list
+/// sorted by name. Optional fields that are not set (`subaccountId`, `tenantId`, empty `locationIds`)
+/// are left out rather than written as `null`/`[]`: the ConfigMap must stay under the 1 MiB object
+/// limit, and this keeps 10,000 mappings with short names within it.
+pub fn service_mappings_json<M: std::borrow::Borrow<ServiceMapping>>(mappings: &[M]) -> String {
+    let mut sorted: Vec<&ServiceMapping> = mappings.iter().map(|m| m.borrow()).collect();
+    sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let entries: Vec<MappingEntry<'_>> = sorted
+        .into_iter()
+        .map(|m| entry(m.metadata.name.as_deref(), &m.spec))
+        .collect();
+    serde_json::to_string(&entries).unwrap_or_else(|_| "[]".into())
+}
+
+/// What one mapping adds to the ConfigMap as applied: its entry, the comma before it, and the escaping
+/// its text gets as a JSON string inside the object. O(size of the mapping), so the webhook can keep a
+/// running total.
+pub fn entry_bytes(name: &str, spec: &ServiceMappingSpec) -> usize {
+    let text = serde_json::to_string(&entry(Some(name), spec)).unwrap_or_default();
+    let escaped = text.len() + text.bytes().filter(|b| *b == b'"' || *b == b'\\').count();
+    escaped + 1
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    #[test]
+    fn entry_bytes_add_up_to_the_configmap_as_applied() {
+        let mappings: Vec<ServiceMapping> = (0..500)
+            .map(|i| {
+                let mut m = ServiceMapping::new(
+                    &format!("m-{i:04}"),
+                    ServiceMappingSpec {
+                        kind: MappingType::Tcp,
+                        subaccount_id: (i % 2 == 0).then(|| format!("sub-{i}")),
+                        service_id: format!("svc-{i}.\"quoted\"\\"),
+                        tenant_id: None,
+                        internal_address: format!("host-{i}.ns.svc:443"),
+                        location_ids: (i % 3 == 0).then(|| vec!["loc".into()]),
+                    },
+                );
+                m.metadata.name = Some(format!("m-{i:04}"));
+                m
+            })
+            .collect();
+        let text = service_mappings_json(&mappings);
+        // As it sits in the applied object: a JSON string value.
+        let applied = serde_json::to_string(&serde_json::Value::String(text)).unwrap_or_default();
+        let sum: usize = mappings
+            .iter()
+            .map(|m| entry_bytes(m.metadata.name.as_deref().unwrap_or_default(), &m.spec))
+            .sum();
+        // The string's quotes and brackets, minus the first entry's comma.
+        assert_eq!(sum + 2 + 2 - 1, applied.len());
+    }
+}

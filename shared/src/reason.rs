@@ -95,6 +95,9 @@ reasons! {
     Status DuplicateServiceMappings,
     /// The ServiceMappings do not fit into one ConfigMap.
     Status ServiceMappingsTooLarge,
+    /// The aggregated ServiceMappings take 80 % or more of the ConfigMap's budget: everything works, new
+    /// mappings are refused once it is full.
+    Status ServiceMappingsNearLimit,
     /// The CR is being deleted but ServiceMappings exist.
     Status DeletionBlockedByServiceMappings,
     /// Every managed object is being removed.

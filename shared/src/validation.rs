@@ -46,7 +46,9 @@ pub fn join(errors: &[FieldError]) -> String {
 /// Facts about the cluster that some rules need.
 #[derive(Clone, Debug, Default)]
 pub struct ClusterFacts {
-    /// Names of existing ServiceMappings.
+    /// How many ServiceMappings exist.
+    pub service_mapping_count: usize,
+    /// Some of their names (a few, for the message; never the whole list).
     pub service_mappings: Vec<String>,
 }
 
@@ -334,13 +336,27 @@ impl ConnectivityProxySpec {
         }
         if !self.service_channels_enabled()
             && old.is_none_or(|o| o.service_channels_enabled())
-            && !facts.service_mappings.is_empty()
+            && facts.service_mapping_count > 0
         {
+            let more = facts
+                .service_mapping_count
+                .saturating_sub(facts.service_mappings.len());
             errors.push(err(
                 "spec.config.serviceChannels.enabled",
                 format!(
-                    "cannot be disabled while ServiceMappings exist ({}); delete them first",
-                    facts.service_mappings.join(", ")
+                    "cannot be disabled while {} ServiceMapping{} exist ({}{}); delete them first",
+                    facts.service_mapping_count,
+                    if facts.service_mapping_count == 1 {
+                        ""
+                    } else {
+                        "s"
+                    },
+                    facts.service_mappings.join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
                 ),
             ));
         }

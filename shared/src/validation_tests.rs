@@ -147,6 +147,7 @@ fn service_channels_stay_while_mappings_exist() {
     let mut v = base();
     v["config"]["serviceChannels"] = json!({"enabled": false});
     let facts = ClusterFacts {
+        service_mapping_count: 1,
         service_mappings: vec!["m1".into()],
     };
     let old = spec(base());

@@ -12,11 +12,14 @@ use kube::runtime::watcher::Event;
 pub type Key = (MappingType, String, String);
 
 /// Names by key and key by name. A name is stored once (shared by both maps); a key almost always
-/// has one name, so its names are a small sorted vector, not a tree.
+/// has one name, so its names are a small sorted vector, not a tree. Each name also keeps its entry's
+/// bytes in the aggregated ConfigMap ([`cp_api::mapping::entry_bytes`]), summed in `bytes`: the budget
+/// check is O(1) in the number of mappings.
 #[derive(Debug, Default, Clone)]
 pub struct MappingIndex {
-    by_name: HashMap<Arc<str>, Key>,
+    by_name: HashMap<Arc<str>, (Key, usize)>,
     by_key: HashMap<Key, Vec<Arc<str>>>,
+    bytes: usize,
 }
 
 impl MappingIndex {
@@ -35,8 +38,9 @@ impl MappingIndex {
             return;
         };
         let key = mapping_key(&m.spec);
-        if self.by_name.get(name) == Some(&key) {
-            // Labels, status, finalizers: the key is unchanged.
+        let bytes = cp_api::mapping::entry_bytes(name, &m.spec);
+        if self.by_name.get(name) == Some(&(key.clone(), bytes)) {
+            // Labels, status, finalizers: the key and the entry are unchanged.
             return;
         }
         self.remove(name);
@@ -45,17 +49,19 @@ impl MappingIndex {
         if let Err(at) = names.binary_search(&name) {
             names.insert(at, name.clone());
         }
-        self.by_name.insert(name, key);
+        self.bytes += bytes;
+        self.by_name.insert(name, (key, bytes));
     }
 
     /// Removes one mapping by name.
     pub fn remove(&mut self, name: &str) {
-        if let Some(old) = self.by_name.remove(name)
-            && let Some(names) = self.by_key.get_mut(&old)
-        {
-            names.retain(|n| &**n != name);
-            if names.is_empty() {
-                self.by_key.remove(&old);
+        if let Some((old, bytes)) = self.by_name.remove(name) {
+            self.bytes = self.bytes.saturating_sub(bytes);
+            if let Some(names) = self.by_key.get_mut(&old) {
+                names.retain(|n| &**n != name);
+                if names.is_empty() {
+                    self.by_key.remove(&old);
+                }
             }
         }
     }
@@ -79,11 +85,22 @@ impl MappingIndex {
         self.by_name.is_empty()
     }
 
-    /// Every mapping's name, sorted (only for a message that lists them).
-    pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.by_name.keys().map(|n| n.to_string()).collect();
+    /// Up to `n` mappings' names (any `n`: for a message that names some), sorted among themselves.
+    /// O(n), whatever the number of mappings.
+    pub fn some_names(&self, n: usize) -> Vec<String> {
+        let mut names: Vec<String> = self.by_name.keys().take(n).map(|k| k.to_string()).collect();
         names.sort();
         names
+    }
+
+    /// The bytes the mappings' entries take in the aggregated ConfigMap.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The bytes the entry of mapping `name` takes now (0 when it does not exist).
+    pub fn bytes_of(&self, name: &str) -> usize {
+        self.by_name.get(name).map_or(0, |(_, b)| *b)
     }
 }
 
@@ -199,12 +216,12 @@ mod tests {
             shared.read(|i| i.other_with(&key("s2"), "c").map(String::from)),
             Some("b".into())
         );
-        assert_eq!(shared.read(|i| i.names()), vec!["b".to_string()]);
+        assert_eq!(shared.read(|i| i.some_names(10)), vec!["b".to_string()]);
         // A re-list drops whatever the watch missed.
         w.apply(&Event::Init);
         w.apply(&Event::InitApply(m("z", "s9")));
         w.apply(&Event::InitDone);
-        assert_eq!(shared.read(|i| i.names()), vec!["z".to_string()]);
+        assert_eq!(shared.read(|i| i.some_names(10)), vec!["z".to_string()]);
     }
 
     #[test]

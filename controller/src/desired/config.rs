@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cp_api::{ConnectivityProxy, ServiceMapping, names};
-use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{Desired, Kind, Resolved, body, object};
@@ -63,50 +62,7 @@ pub fn render_config(cr: &ConnectivityProxy, resolved: &Resolved) -> String {
     cp_api::yaml11::to_string(&cfg)
 }
 
-/// All mappings as deterministic JSON (sorted by name; fields in a fixed order).
-///
-/// Optional fields that are not set (`subaccountId`, `tenantId`, empty `locationIds`) are left out
-/// rather than written as `null`/`[]`: the ConfigMap must stay under the 1 MiB object limit, and this
-/// keeps 10,000 mappings with short names within it.
-pub fn service_mappings_json(mappings: &[Arc<ServiceMapping>]) -> String {
-    let mut sorted: Vec<&Arc<ServiceMapping>> = mappings.iter().collect();
-    sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let entries: Vec<MappingEntry<'_>> = sorted
-        .into_iter()
-        .map(|m| {
-            let s = &m.spec;
-            MappingEntry {
-                internal_address: &s.internal_address,
-                location_ids: s.location_ids.as_deref().filter(|l| !l.is_empty()),
-                name: m.metadata.name.as_deref(),
-                service_id: &s.service_id,
-                subaccount_id: s.subaccount_id.as_deref(),
-                tenant_id: s.tenant_id.as_deref(),
-                kind: s.kind.as_str(),
-            }
-        })
-        .collect();
-    serde_json::to_string(&entries).unwrap_or_else(|_| "[]".into())
-}
-
-/// One mapping in the service-mappings ConfigMap. Serialised straight to text, so the fields are
-/// declared in the alphabetical order of their JSON names: the order the proxy has always been given
-/// (the golden test pins it).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct MappingEntry<'a> {
-    internal_address: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    location_ids: Option<&'a [String]>,
-    name: Option<&'a str>,
-    service_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    subaccount_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tenant_id: Option<&'a str>,
-    #[serde(rename = "type")]
-    kind: &'a str,
-}
+pub use cp_api::mapping::service_mappings_json;
 
 pub(super) fn config_maps(
     cr: &ConnectivityProxy,

@@ -10,7 +10,9 @@ use kube::ResourceExt;
 pub struct ClusterFacts {
     /// `data.domain` of ConfigMap `kube-system/shoot-info`.
     pub cluster_domain: Option<String>,
-    /// Names of existing ServiceMappings.
+    /// How many ServiceMappings exist.
+    pub service_mapping_count: usize,
+    /// Some of their names (for a message; never the whole list).
     pub service_mappings: Vec<String>,
     /// Subaccount id from the BTP service binding, when auto-provisioned.
     pub binding_subaccount_id: Option<String>,
@@ -99,6 +101,7 @@ pub fn resolve(cr: &ConnectivityProxy, facts: &ClusterFacts) -> Result<Resolved,
     let errors = spec.validate(
         None,
         &RuleFacts {
+            service_mapping_count: facts.service_mapping_count,
             service_mappings: facts.service_mappings.clone(),
         },
     );

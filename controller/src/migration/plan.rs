@@ -305,7 +305,13 @@ pub fn plan(spec: &ConnectivityProxySpec, facts: &Facts, id: &str) -> Plan {
     // Validate the result against the webhook's rules before anything is written: a denial can never
     // leave the CR half-migrated.
     let cluster = ClusterFacts {
-        service_mappings: facts.mappings.iter().map(|(n, _)| n.clone()).collect(),
+        service_mapping_count: facts.mappings.len(),
+        service_mappings: facts
+            .mappings
+            .iter()
+            .take(3)
+            .map(|(n, _)| n.clone())
+            .collect(),
     };
     for e in new_spec.validate(None, &cluster) {
         p.blockers.push(Blocker {

@@ -531,7 +531,30 @@ impl Report<'_> {
             );
         }
         passed.push(installed);
-        self.readiness(passed)
+        let (computed, after) = self.readiness(passed);
+        // Ready, but the mappings ConfigMap fills up: say so while there is room to act.
+        let near = self.mappings_size * 100
+            >= crate::mappings::MAX_CONFIGMAP_BYTES * cp_api::mapping::MAPPINGS_WARNING_PERCENT;
+        if computed.state == State::Ready && near {
+            let description = format!(
+                "the {} ServiceMappings take {} KiB, {} % of the {} KiB ConfigMap {} can hold; at {} KiB \
+                 new ServiceMappings are refused: delete those you no longer need",
+                self.published,
+                self.mappings_size / 1024,
+                self.mappings_size * 100 / crate::mappings::MAX_CONFIGMAP_BYTES,
+                crate::mappings::MAX_CONFIGMAP_BYTES / 1024,
+                names::CONFIGMAP_SERVICE_MAPPINGS,
+                crate::mappings::MAX_CONFIGMAP_BYTES / 1024,
+            );
+            let computed = Computed {
+                state: State::Warning,
+                description,
+                reason: Reason::ServiceMappingsNearLimit,
+                ..computed
+            };
+            return (computed, after);
+        }
+        (computed, after)
     }
 
     fn readiness(&self, passed: Vec<Cond>) -> (Computed, Duration) {

@@ -512,6 +512,40 @@ fn a_missing_dependency_applies_nothing() {
 }
 
 #[test]
+fn mappings_near_the_configmap_budget_warn_and_everything_is_still_applied() {
+    let cr = mk_default_cr();
+    let facts = TestFacts::ready().with(|f| f.mappings = (0..4300).map(mk_mapping).collect());
+    let first = install(run(&cr, &facts));
+    assert!(
+        first
+            .writes
+            .iter()
+            .any(|w| w.desired.name == names::CONFIGMAP_SERVICE_MAPPINGS),
+        "the mappings ConfigMap is written"
+    );
+    // Once applied and rolled out: Ready, but for the budget.
+    let i = install(run(&cr, &facts.applied(&cr)));
+    assert_eq!(
+        (i.status.state, i.status.reason),
+        (State::Warning, Reason::ServiceMappingsNearLimit),
+        "{}",
+        i.status.description
+    );
+    assert!(
+        i.status.description.contains("% of the 960 KiB")
+            && i.status
+                .description
+                .contains("delete those you no longer need"),
+        "{}",
+        i.status.description
+    );
+    // Below 80 %: Ready.
+    let facts = TestFacts::ready().with(|f| f.mappings = (0..3000).map(mk_mapping).collect());
+    let i = install(run(&cr, &facts.applied(&cr)));
+    assert_eq!(i.status.state, State::Ready, "{}", i.status.description);
+}
+
+#[test]
 fn too_many_mappings_keep_the_last_configmap_that_fitted() {
     let cr = mk_default_cr();
     let facts = TestFacts::ready().with(|f| f.mappings = (0..7000).map(mk_mapping).collect());

@@ -751,12 +751,14 @@ fn check_cp(
     )?;
     // Mapping names matter only to the rule about switching service channels off: list them (and ask
     // for the facts at all) only then.
-    let cluster = ClusterFacts {
-        service_mappings: if new.service_channels_enabled() {
-            vec![]
-        } else {
-            facts().service_mappings.read(|i| i.names())
-        },
+    let cluster = if new.service_channels_enabled() {
+        ClusterFacts::default()
+    } else {
+        // A count and three names, O(1) in the number of mappings: the message stays short at 10,000.
+        facts().service_mappings.read(|i| ClusterFacts {
+            service_mapping_count: i.len(),
+            service_mappings: i.some_names(3),
+        })
     };
     let errors: Vec<FieldError> = new.validate(old.as_ref(), &cluster);
     if errors.is_empty() {
@@ -811,13 +813,44 @@ pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
         });
     }
     if errors.is_empty() {
-        Ok(())
+        mapping_budget(name, &spec, facts)
     } else {
         Err(invalid(format!(
             "ServiceMapping {name} is invalid: {}",
             join(&errors)
         )))
     }
+}
+
+/// Refuses a mapping whose entry would take the aggregated ConfigMap past its budget
+/// ([`cp_api::mapping::MAPPINGS_BUDGET_BYTES`]): the controller could not publish it (it keeps the last
+/// configuration that fitted), so it is refused here, saying why. A mapping that does not grow its entry
+/// is always admitted.
+fn mapping_budget(name: &str, spec: &ServiceMappingSpec, facts: &Facts) -> Result<(), Denial> {
+    use cp_api::mapping::{MAPPINGS_BUDGET_BYTES, MAPPINGS_CONFIGMAP_OVERHEAD_BYTES, entry_bytes};
+    let needed = entry_bytes(name, spec);
+    let (count, used, old) = facts
+        .service_mappings
+        .read(|i| (i.len(), i.bytes(), i.bytes_of(name)));
+    if needed <= old {
+        return Ok(());
+    }
+    let after = used - old + needed + MAPPINGS_CONFIGMAP_OVERHEAD_BYTES;
+    if after <= MAPPINGS_BUDGET_BYTES {
+        return Ok(());
+    }
+    Err((
+        403,
+        "Forbidden",
+        format!(
+            "ServiceMapping {name} is refused: the {count} ServiceMappings take {} KiB of the {} KiB that ConfigMap {} \
+             can hold (a Kubernetes object is at most 1 MiB) and this one needs {needed} bytes more; delete \
+             ServiceMappings you no longer need, or shorten their names and fields",
+            used / 1024,
+            MAPPINGS_BUDGET_BYTES / 1024,
+            cp_api::names::CONFIGMAP_SERVICE_MAPPINGS
+        ),
+    ))
 }
 
 mod known;

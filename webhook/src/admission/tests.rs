@@ -204,6 +204,88 @@ fn mapping(name: &str, service: &str) -> Value {
     })
 }
 
+/// `n` mappings `m-0000`... of about 200 bytes each in the aggregated ConfigMap.
+fn mapping_index(n: usize) -> crate::index::SharedIndex {
+    let mappings: Vec<cp_api::ServiceMapping> = (0..n)
+        .map(|i| {
+            serde_json::from_value(mapping(
+                &format!("m-{i:04}"),
+                &format!("service-{i:04}.on-premise.example.com"),
+            ))
+            .expect("mapping")
+        })
+        .collect();
+    crate::index::SharedIndex::new(crate::index::MappingIndex::of(mappings.iter()))
+}
+
+#[test]
+fn a_mapping_beyond_the_configmap_budget_is_refused_saying_why() {
+    let index = mapping_index(6_170);
+    let used = index.read(|i| i.bytes());
+    assert!(
+        used + cp_api::mapping::MAPPINGS_CONFIGMAP_OVERHEAD_BYTES
+            > cp_api::mapping::MAPPINGS_BUDGET_BYTES - 200,
+        "{used}: the index is not near the budget"
+    );
+    let facts = Facts {
+        service_mappings: index,
+        shared_tenant: false,
+    };
+    let body = mapping_review("CREATE", "alice", mapping("new", "one-more"), None);
+    let (resp, d) = run(Endpoint::ValidateServiceMapping, &body, facts.clone());
+    assert_eq!(d, Decision::Denied, "{}", resp.result.message);
+    let msg = &resp.result.message;
+    assert!(
+        msg.contains("ServiceMapping new is refused")
+            && msg.contains("6170 ServiceMappings")
+            && msg.contains("960 KiB")
+            && msg.contains("connectivity-proxy-service-mappings")
+            && msg.contains("delete"),
+        "{msg}"
+    );
+    assert!(msg.len() < 400, "a short message: {} bytes", msg.len());
+    // Editing an existing mapping without growing its entry stays possible.
+    let body = mapping_review(
+        "UPDATE",
+        "alice",
+        mapping("m-0001", "service-x001.on-premise.example.com"),
+        Some(mapping("m-0001", "service-0001.on-premise.example.com")),
+    );
+    assert_eq!(
+        run(Endpoint::ValidateServiceMapping, &body, facts).1,
+        Decision::Allowed
+    );
+    // With room left: admitted.
+    let facts = Facts {
+        service_mappings: mapping_index(100),
+        shared_tenant: false,
+    };
+    let body = mapping_review("CREATE", "alice", mapping("new", "one-more"), None);
+    assert_eq!(
+        run(Endpoint::ValidateServiceMapping, &body, facts).1,
+        Decision::Allowed
+    );
+}
+
+#[test]
+fn switching_channels_off_with_10000_mappings_is_refused_in_a_short_message() {
+    let facts = Facts {
+        service_mappings: mapping_index(10_000),
+        shared_tenant: false,
+    };
+    let mut cr = defaulted_cr();
+    let old = cr.clone();
+    cr["spec"]["config"]["serviceChannels"] = json!({"enabled": false});
+    let (resp, d) = run(Endpoint::Validate, &alice_update(cr, old), facts);
+    assert_eq!(d, Decision::Denied);
+    let msg = &resp.result.message;
+    assert!(
+        msg.contains("10000 ServiceMappings") && msg.contains("and 9997 more"),
+        "{msg}"
+    );
+    assert!(msg.len() < 500, "a short message: {} bytes", msg.len());
+}
+
 #[test]
 fn duplicate_mapping_is_refused() {
     let existing: cp_api::ServiceMapping =
