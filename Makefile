@@ -100,12 +100,14 @@ fuzz:
 go-peer:
 	@bash hack/build-go-peer.sh
 
-## Benchmarks on a local control plane, release builds, loopback only: writes BENCHMARKS.md.
+## Benchmarks on a local control plane, loopback only: writes BENCHMARKS.md. The webhook and controller
+## measured are the static release binaries `make images` builds into the images (CP_BIN_DIR).
 ## BENCH_FLAGS=--quick for a short run.
 bench: k8s-bins go-peer images
 	cargo build --release -p cp-webhook -p cp-controller -p cp-bench --bins
 	cargo bench -q -p cp-bench --bench admission -- --warm-up-time 1 --measurement-time 3
-	CP_WEBHOOK_LOG=info CP_CONTROLLER_LOG=info $(CARGO_TARGET_DIR)/release/cp-bench $(BENCH_FLAGS)
+	CP_BIN_DIR=$(CARGO_TARGET_DIR)/x86_64-unknown-linux-gnu/release CP_WEBHOOK_LOG=info CP_CONTROLLER_LOG=info \
+	  $(CARGO_TARGET_DIR)/release/cp-bench $(BENCH_FLAGS)
 	@$(MAKE) --no-print-directory check-leaks
 
 ## A local control plane with the module installed and the default CR; Ctrl-C stops everything.

@@ -174,11 +174,30 @@ fn machine() -> String {
         .unwrap_or_default();
     format!(
         "## Machine and versions\n\n| | |\n| --- | --- |\n| CPU | {model}, {cores} cores |\n| memory | {mem} |\n\
-         | rustc | {} |\n| go | {} |\n| Kubernetes binaries | `{}` |\n| operator | {} (release build) |\n\n",
+         | rustc | {} |\n| go | {} |\n| Kubernetes binaries | `{}` |\n| operator | {} (release build) |\n| operator binaries measured | `{}` |\n\n",
         cmd_version("rustc", &["-V"]),
         cmd_version("go", &["version"]),
         k8s.rsplit('/').nth(1).unwrap_or(&k8s),
         env!("CARGO_PKG_VERSION"),
+        measured_binaries(),
+    )
+}
+
+/// Which operator binaries the load runs start: `make bench` points `CP_BIN_DIR` at the static release
+/// binaries `make images` puts into the images (crt-static, fat LTO), the ones a cluster runs.
+fn measured_binaries() -> String {
+    let dir = cp_tests::own_bin_dir();
+    let statically = std::fs::read(dir.join("cp-webhook"))
+        .map(|b| !b.windows(b"ld-linux".len()).any(|w| w == b"ld-linux"))
+        .unwrap_or(false);
+    format!(
+        "{} ({})",
+        dir.display(),
+        if statically {
+            "static, as the images ship them"
+        } else {
+            "dynamically linked: not the images' binaries"
+        }
     )
 }
 
