@@ -7,6 +7,7 @@
 //! of their own.
 #![forbid(unsafe_code)]
 
+mod budget;
 mod certs;
 mod controller;
 mod drift;
