@@ -143,23 +143,9 @@ pub fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
 /// whatever `hack/k8s-bins.sh` prints (it builds them into the cache on first use).
 pub fn k8s_bin_dir() -> anyhow::Result<PathBuf> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Some(d) = std::env::var_os("CP_K8S_BIN_DIR") {
-            return Ok(PathBuf::from(d));
-        }
-        let script = crate::workspace_root().join("hack/k8s-bins.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!("{} failed ({})", script.display(), out.status));
-        }
-        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-    })
-    .clone()
-    .map_err(anyhow::Error::msg)
+    DIR.get_or_init(|| crate::script_bin_dir("CP_K8S_BIN_DIR", "hack/k8s-bins.sh"))
+        .clone()
+        .map_err(anyhow::Error::msg)
 }
 
 impl ControlPlane {

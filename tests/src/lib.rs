@@ -38,6 +38,24 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// The bin directory one of the `hack/*-bins.sh` scripts prints (it builds the programs into the
+/// version-keyed cache on first use), or the directory `env` names when set.
+pub(crate) fn script_bin_dir(env: &str, script: &str) -> Result<PathBuf, String> {
+    if let Some(d) = std::env::var_os(env) {
+        return Ok(PathBuf::from(d));
+    }
+    let script = workspace_root().join(script);
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!("{} failed ({})", script.display(), out.status));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
 /// Directory of this workspace's own binaries (`cp-webhook`, `cp-controller`): beside the running
 /// test executable's `deps/` directory, or `CP_BIN_DIR`.
 pub fn own_bin_dir() -> PathBuf {

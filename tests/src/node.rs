@@ -158,29 +158,12 @@ fn run(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
 
 /// The directory holding kube-router (`hack/npc-bins.sh` builds it on first use).
 pub fn npc_bin_dir() -> anyhow::Result<PathBuf> {
-    let script = crate::workspace_root().join("hack/npc-bins.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !out.status.success() {
-        bail!("{} failed ({})", script.display(), out.status);
-    }
-    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    crate::script_bin_dir("CP_NPC_BIN_DIR", "hack/npc-bins.sh").map_err(anyhow::Error::msg)
 }
 
 /// The directory holding containerd, its shim and ctr (`hack/node-bins.sh` builds them on first use).
 pub fn node_bin_dir() -> anyhow::Result<PathBuf> {
-    if let Some(d) = std::env::var_os("CP_NODE_BIN_DIR") {
-        return Ok(PathBuf::from(d));
-    }
-    let script = crate::workspace_root().join("hack/node-bins.sh");
-    let out = run(
-        Command::new("bash").arg(&script).stderr(Stdio::inherit()),
-        "hack/node-bins.sh",
-    )?;
-    Ok(PathBuf::from(out))
+    crate::script_bin_dir("CP_NODE_BIN_DIR", "hack/node-bins.sh").map_err(anyhow::Error::msg)
 }
 
 /// Whether this machine can run the node: root (network namespaces, mounts, cgroups).

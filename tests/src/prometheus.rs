@@ -17,23 +17,9 @@ use anyhow::{Context, bail};
 /// `hack/prom-bins.sh` prints (it builds them on first use).
 pub fn bin_dir() -> anyhow::Result<PathBuf> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Some(d) = std::env::var_os("CP_PROM_BIN_DIR") {
-            return Ok(PathBuf::from(d));
-        }
-        let script = crate::workspace_root().join("hack/prom-bins.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!("{} failed ({})", script.display(), out.status));
-        }
-        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-    })
-    .clone()
-    .map_err(anyhow::Error::msg)
+    DIR.get_or_init(|| crate::script_bin_dir("CP_PROM_BIN_DIR", "hack/prom-bins.sh"))
+        .clone()
+        .map_err(anyhow::Error::msg)
 }
 
 /// Runs `promtool` with `args` in `dir`; the output whatever the exit code.

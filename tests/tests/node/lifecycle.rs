@@ -124,6 +124,19 @@ async fn reconcile_until(
     }
 }
 
+/// Prints every pass of a phase, as the Manifest's (and the Kyma CR's) state went.
+fn print_passes(phase: &str, passes: &[(Duration, Outcome)]) {
+    println!("lifecycle-manager's {phase}, pass by pass:");
+    for (at, o) in passes {
+        println!(
+            "  {:>7.2?}  {:?}  {}",
+            at,
+            o.state,
+            o.operation.chars().take(160).collect::<String>()
+        );
+    }
+}
+
 /// The images the pods of `selector` run: `(container, spec image, image the kubelet reports)`.
 async fn pod_images(pods: &Api<Pod>, selector: &str) -> anyhow::Result<Vec<(String, String)>> {
     let mut out = Vec::new();
@@ -214,15 +227,7 @@ async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module
     .context("step: install")?;
     assert!(m.default_cr_synced);
     // The first-install window: every pass until Ready, as the Kyma CR would have shown it.
-    println!("lifecycle-manager's install, pass by pass:");
-    for (at, o) in &passes {
-        println!(
-            "  {:>7.2?}  {:?}  {}",
-            at,
-            o.state,
-            o.operation.chars().take(160).collect::<String>()
-        );
-    }
+    print_passes("install", &passes);
     let errors: Vec<&(Duration, Outcome)> = passes
         .iter()
         .filter(|(_, o)| o.state == ModuleState::Error)
@@ -466,29 +471,6 @@ async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module
     )
     .await
     .context("step: removal")?;
-    println!("lifecycle-manager's removal, pass by pass:");
-    for (at, o) in &passes {
-        println!(
-            "  {:>7.2?}  {:?}  {}",
-            at,
-            o.state,
-            o.operation.chars().take(160).collect::<String>()
-        );
-    }
-    cp_tests::wait::until(
-        "the cluster as before the install",
-        Duration::from_secs(120),
-        || async {
-            let now = crate::node::inventory(&cluster).map_err(|e| format!("{e:#}"))?;
-            let left: Vec<&String> = now.difference(&before).collect();
-            let gone: Vec<&String> = before.difference(&now).collect();
-            if left.is_empty() && gone.is_empty() {
-                Ok(Some(()))
-            } else {
-                Err(format!("left behind: {left:?}; gone: {gone:?}"))
-            }
-        },
-    )
-    .await?;
-    Ok(())
+    print_passes("removal", &passes);
+    crate::node::wait_inventory_as_before(&cluster, &before).await
 }

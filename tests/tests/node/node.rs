@@ -962,6 +962,14 @@ async fn uninstall(
     .await?;
     let bundle = cp_tests::workspace_root().join("manifests/connectivity-proxy-operator.yaml");
     cluster.kubectl_run(&["delete", "--wait=true", "-f", &bundle.display().to_string()])?;
+    wait_inventory_as_before(cluster, before).await
+}
+
+/// Waits until the cluster's inventory is `before` again: nothing left behind, nothing gone.
+pub(crate) async fn wait_inventory_as_before(
+    cluster: &Cluster,
+    before: &std::collections::BTreeSet<String>,
+) -> anyhow::Result<()> {
     cp_tests::wait::until(
         "the cluster as before the install",
         Duration::from_secs(120),
@@ -976,6 +984,5 @@ async fn uninstall(
             }
         },
     )
-    .await?;
-    Ok(())
+    .await
 }
