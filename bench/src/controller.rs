@@ -64,7 +64,7 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(samples: &[f64]) -> Self {
+    pub fn of(samples: &[f64]) -> Self {
         let mut v = samples.to_vec();
         v.sort_by(f64::total_cmp);
         // Nearest rank.

@@ -65,6 +65,15 @@ async fn run(quick: bool, out: &Path) -> anyhow::Result<()> {
     } else {
         None
     };
+    let apiserver = if only.is_empty() || only == "apiserver" {
+        Some(
+            cp_bench::apiserver::run(quick)
+                .await
+                .context("admission through the API server")?,
+        )
+    } else {
+        None
+    };
     let fleet = if only.is_empty() || only == "fleet" {
         Some(fleet_section(quick).await.context("fleet view")?)
     } else {
@@ -89,6 +98,9 @@ async fn run(quick: bool, out: &Path) -> anyhow::Result<()> {
     md.push_str(&criterion);
     if let Some(c) = &controller {
         md.push_str(&cp_bench::controller::render(c));
+    }
+    if let Some(a) = &apiserver {
+        md.push_str(&cp_bench::apiserver::render(a));
     }
     if let Some(f) = &fleet {
         md.push_str(f);
