@@ -703,7 +703,7 @@ pub fn render(r: &Results) -> String {
          binary at its production log level (info, JSON; admitted requests are logged at debug, denials at info); the \
          **Go peer** (`bench/peers/go-webhook`) is controller-runtime's webhook package doing the same work (typed \
          decode rejecting unknown spec fields, the same one-operation patch, protected-field check and cross-field \
-         rules), logging each decision at info as JSON; GOGC {}, GOMAXPROCS from the CPU affinity (1).\n",
+         rules), at the same log level as cp-webhook (info, JSON: denials at info, admitted requests at debug, unless started with `--log-admitted-at-info`); GOGC {}, GOMAXPROCS from the CPU affinity (1).\n",
         r.gogc
     );
     let _ = writeln!(
