@@ -703,7 +703,8 @@ pub fn render(r: &Results) -> String {
          binary at its production log level (info, JSON; admitted requests are logged at debug, denials at info); the \
          **Go peer** (`bench/peers/go-webhook`) is controller-runtime's webhook package doing the same work (typed \
          decode rejecting unknown spec fields, the same one-operation patch, protected-field check and cross-field \
-         rules), at the same log level as cp-webhook (info, JSON: denials at info, admitted requests at debug, unless started with `--log-admitted-at-info`); GOGC {}, GOMAXPROCS from the CPU affinity (1).\n",
+         rules, and cp-webhook's two shortcuts: `spec.deployment` compared as text before it is decoded, and only \
+         the two fields the rules about a change read parsed from the stored spec), at the same log level as cp-webhook (info, JSON: denials at info, admitted requests at debug, unless started with `--log-admitted-at-info`); GOGC {}, GOMAXPROCS from the CPU affinity (1).\n",
         r.gogc
     );
     let _ = writeln!(

@@ -273,8 +273,9 @@ func (v *validator) decide(req admission.Request) admission.Response {
 		if !isJSONObject(oldSpecRaw) {
 			return invalid("oldObject has no spec")
 		}
-		// The stored object was admitted before: parsed without the unknown-field check.
-		if oldSpec, msg = decodeSpec(oldSpecRaw, "oldObject"); oldSpec == nil {
+		// The stored object was admitted before: only what the rules about a change read
+		// (spec.secretConfig, spec.config.serviceChannels) is parsed, as cp-webhook's `Stored` does.
+		if oldSpec, msg = decodeStoredSpec(oldSpecRaw, "oldObject"); oldSpec == nil {
 			return invalid(msg)
 		}
 	}
@@ -322,6 +323,13 @@ func (v *validator) protectedFields(req admission.Request, oldSpec json.RawMessa
 	if hasOld && bytes.Equal(oldSpec, newSpec) {
 		return admission.Response{}, false // same bytes: nothing in spec.deployment changed
 	}
+	if hasOld {
+		// The text of spec.deployment, compared before anything is decoded into values, as
+		// cp-webhook compares it (the API server encodes both objects alike).
+		if a, b := deploymentText(oldSpec), deploymentText(newSpec); a != nil && bytes.Equal(a, b) {
+			return admission.Response{}, false
+		}
+	}
 	var before any = v.defaults.value
 	if hasOld {
 		before = deploymentOfSpec(oldSpec)
@@ -334,4 +342,15 @@ func (v *validator) protectedFields(req admission.Request, oldSpec json.RawMessa
 		"spec.deployment is managed by the Connectivity Proxy operator and cannot be changed by %s: "+
 			"refused %s. Only %s may change it; edit spec.config, spec.ingress or spec.secretConfig instead",
 		user, strings.Join(changed, ", "), v.privileged.describe())), true
+}
+
+// deploymentText is the raw text of spec.deployment (nil when absent or the spec is not an object).
+func deploymentText(spec json.RawMessage) json.RawMessage {
+	var d struct {
+		Deployment json.RawMessage `json:"deployment"`
+	}
+	if json.Unmarshal(spec, &d) != nil {
+		return nil
+	}
+	return d.Deployment
 }

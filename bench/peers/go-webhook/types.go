@@ -331,6 +331,25 @@ func decodeSpec(raw []byte, which string) (*cpSpec, string) {
 	return &s, ""
 }
 
+// decodeStoredSpec parses only what the rules about a change read of a stored spec
+// (spec.secretConfig and spec.config.serviceChannels), like cp-webhook's `Stored`: no other field is
+// decoded and no required field is checked (the stored object was admitted before).
+func decodeStoredSpec(raw []byte, which string) (*cpSpec, string) {
+	var st struct {
+		Config struct {
+			ServiceChannels *serviceChannels `json:"serviceChannels,omitempty"`
+		} `json:"config"`
+		SecretConfig *secretConfig `json:"secretConfig,omitempty"`
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, fmt.Sprintf("%s: spec: %v", which, err)
+	}
+	return &cpSpec{
+		Config:       &cpConfig{ServiceChannels: st.Config.ServiceChannels},
+		SecretConfig: st.SecretConfig,
+	}, ""
+}
+
 // unknownFields lists the dotted paths (prefixed "spec") of the fields in raw that the typed
 // round trip drops, like shared/src/validation.rs unknown_fields: keys visited in sorted order,
 // null-valued unknown keys ignored, arrays walked pairwise.
