@@ -130,13 +130,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let cp: ControlPlane =
         tokio::task::spawn_blocking(|| ControlPlane::start(Options::default())).await??;
     let admin = cp.admin().await?;
-    for crd in [
-        "connectivityproxies.connectivityproxy.sap.com",
-        "servicemappings.connectivityproxy.sap.com",
-    ] {
-        let file = cp_tests::workspace_root().join(format!("manifests/crds/{crd}.yaml"));
-        cp_tests::manifest::apply_file(&admin, &file, None).await?;
-    }
+    cp_tests::fixtures::apply_our_crds(&admin).await?;
     cp_tests::cluster::ensure_namespace(&admin, NS).await?;
     // Warm the API server's paths (discovery, the CRD's storage) before anything is timed.
     let _ = measure(&admin, "warm", true).await?;

@@ -289,13 +289,7 @@ async fn go_profile(
 pub async fn run(quick: bool) -> anyhow::Result<Results> {
     let cp = tokio::task::spawn_blocking(|| ControlPlane::start(Options::default())).await??;
     let admin = cp.admin().await?;
-    for crd in [
-        "connectivityproxies.connectivityproxy.sap.com",
-        "servicemappings.connectivityproxy.sap.com",
-    ] {
-        let file = cp_tests::workspace_root().join(format!("manifests/crds/{crd}.yaml"));
-        cp_tests::manifest::apply_file(&admin, &file, None).await?;
-    }
+    cp_tests::fixtures::apply_our_crds(&admin).await?;
     // The mappings exist before the webhook starts (no admission for them: it is not registered);
     // its readiness waits for the first complete listing in its index.
     let mappings = if quick { 2_000 } else { MAPPINGS };
