@@ -297,6 +297,17 @@ pub struct Image {
     pub tag: String,
 }
 
+impl Image {
+    /// The reference the pods run: `registry/repository:tag`, or `registry/repository@digest` when a
+    /// digest is set (an empty digest counts as none).
+    pub fn reference(&self) -> String {
+        match self.digest.as_deref().filter(|d| !d.is_empty()) {
+            Some(d) => format!("{}/{}@{d}", self.registry, self.repository),
+            None => format!("{}/{}:{}", self.registry, self.repository, self.tag),
+        }
+    }
+}
+
 /// `spec.deployment.resources`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

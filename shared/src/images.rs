@@ -111,12 +111,9 @@ impl ImageRef {
     }
 
     /// The reference as the proxy's pods run it (`registry/repository:tag` or `...@digest`), the same
-    /// rendering as the controller's for `spec.deployment.image`.
+    /// rendering as the controller's for `spec.deployment.image` ([`Image::reference`]).
     pub fn reference(&self) -> String {
-        match &self.digest {
-            Some(d) => format!("{}/{}@{d}", self.registry, self.repository),
-            None => format!("{}/{}:{}", self.registry, self.repository, self.tag),
-        }
+        self.to_image("IfNotPresent").reference()
     }
 
     /// The CR's form of this image with `pull_policy` (no pull Secret).

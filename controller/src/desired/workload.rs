@@ -26,13 +26,6 @@ use super::{Desired, Kind, Resolved, body, object};
 /// Pod label selecting the proxy (kept from the legacy chart so Services select old and new pods).
 pub const APP: &str = "connectivity-proxy";
 
-fn image_ref(image: &Image) -> String {
-    match image.digest.as_deref().filter(|d| !d.is_empty()) {
-        Some(d) => format!("{}/{}@{d}", image.registry, image.repository),
-        None => format!("{}/{}:{}", image.registry, image.repository, image.tag),
-    }
-}
-
 /// `spec.deployment` with this release's defaults filled in where missing.
 pub fn effective_deployment(cr: &ConnectivityProxy) -> Deployment {
     let mut current = serde_json::to_value(&cr.spec.deployment).unwrap_or(Value::Null);
@@ -210,7 +203,7 @@ fn secret_projection(name: String, optional: bool) -> VolumeProjection {
 fn fd_limit_container(utility: &Image, fd: i64) -> Container {
     Container {
         name: "init-fd-limit".into(),
-        image: Some(image_ref(utility)),
+        image: Some(utility.reference()),
         image_pull_policy: Some(pull_policy(utility)),
         command: Some(vec!["sh".into(), "-c".into(), format!("ulimit -n {fd}")]),
         security_context: Some(restricted()),
@@ -259,7 +252,7 @@ fn proxy_container(
     );
     Container {
         name: "connectivity-proxy".into(),
-        image: Some(image_ref(image)),
+        image: Some(image.reference()),
         image_pull_policy: Some(pull_policy(image)),
         ports: Some(ports),
         env: Some(vec![
