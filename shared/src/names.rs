@@ -38,6 +38,10 @@ pub const NETWORK_POLICIES: [&str; 8] = [
     "kyma-project.io--connectivity-proxy-allow-egress",
 ];
 
+/// Node-local DNS's address on Gardener's nodes (link-local, in the host network, where no pod selector
+/// can name it): the module's DNS NetworkPolicy allows port 53 there, and the test node serves DNS there.
+pub const NODE_LOCAL_DNS_IP: &str = "169.254.20.10";
+
 // Workload.
 pub const STATEFULSET: &str = "connectivity-proxy";
 pub const SERVICE: &str = "connectivity-proxy";

@@ -16,9 +16,8 @@ use anyhow::{Context, bail};
 /// it through the bridge, the kubelet registers it as the node's InternalIP.
 pub const NODE_IP: &str = "10.200.0.1";
 
-/// Node-local DNS's address on Gardener's nodes (link-local, in the host network), where the node's
-/// stand-in DNS answers the pods: the module's DNS NetworkPolicy allows port 53 there.
-pub const NODE_LOCAL_DNS_IP: &str = "169.254.20.10";
+/// Node-local DNS's address, where the node's stand-in DNS answers the pods (as on Gardener).
+pub use cp_api::names::NODE_LOCAL_DNS_IP;
 
 /// A named network namespace (`ip netns add`), deleted on drop. The control plane's watchdog deletes
 /// it too when the test process dies without dropping it.

@@ -38,9 +38,6 @@ pub const OPERATOR_POD_NAMES: [&str; 2] = [
 /// The pod label scrapers carry (Kyma's convention).
 pub const METRICS_SCRAPER_LABEL: (&str, &str) =
     ("networking.kyma-project.io/metrics-scraping", "allowed");
-/// Node-local DNS's link-local address (Gardener's node-local-dns runs in the host network, which no
-/// pod selector can name).
-pub const NODE_LOCAL_DNS: &str = "169.254.20.10/32";
 /// The kube-dns ports a pod's DNS traffic reaches after the Service's translation: 53 and CoreDNS's
 /// 8053 on Gardener.
 pub const DNS_PORTS: [i32; 2] = [53, 8053];
@@ -163,7 +160,7 @@ pub(super) fn objects(cr: &ConnectivityProxy, ns: &str, proxy_ports: &[i32]) -> 
     };
     let node_local_dns = NetworkPolicyPeer {
         ip_block: Some(IPBlock {
-            cidr: NODE_LOCAL_DNS.into(),
+            cidr: format!("{}/32", names::NODE_LOCAL_DNS_IP),
             except: None,
         }),
         ..Default::default()

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::network::{DNS_PORTS, NAMES, NODE_LOCAL_DNS};
+use super::network::{DNS_PORTS, NAMES};
 use super::*;
 
 fn default_cr(annotations: Value) -> ConnectivityProxy {
@@ -239,7 +239,7 @@ fn network_policies_deny_all_but_the_flows_each_pod_needs() {
         assert!(
             a.egress.iter().any(|(pr, po, to)| pr == "UDP"
                 && *po == 53
-                && to.to_string().contains(NODE_LOCAL_DNS)),
+                && to.to_string().contains(cp_api::names::NODE_LOCAL_DNS_IP)),
             "{name}: no egress to node-local DNS"
         );
     }
