@@ -168,6 +168,40 @@ pub fn localize_images(objects: &mut [Value], targets: &[String]) -> anyhow::Res
     Ok(changed)
 }
 
+/// The images modulectl finds in a manifest and lists in the module's component descriptor, which
+/// is where lifecycle-manager's localization takes its targets from
+/// (modulectl@902c4f8f88 `internal/service/contentprovider/manifest.go` `ExtractImagesFromManifest`,
+/// `internal/service/image/image.go` `IsImageReferenceCandidate`): the `image` of every container and
+/// init container of every Deployment and StatefulSet, and every env value of 3 to 256 characters with
+/// a `:` or `@` and no white space.
+pub fn modulectl_images(docs: &[Value]) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for d in docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "StatefulSet")
+    {
+        for list in ["containers", "initContainers"] {
+            for c in d["spec"]["template"]["spec"][list]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                out.extend(c["image"].as_str().map(String::from));
+                for e in c["env"].as_array().into_iter().flatten() {
+                    if let Some(v) = e["value"].as_str()
+                        && (3..=256).contains(&v.len())
+                        && (v.contains(':') || v.contains('@'))
+                        && !v.contains(char::is_whitespace)
+                    {
+                        out.insert(v.to_string());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The labels and annotations stamped on every object (`default_transforms.go`): stamped values
 /// overwrite the manifest's.
 pub fn stamp(objects: &mut [Value], manifest_namespace: &str, manifest_name: &str) {
@@ -430,12 +464,7 @@ impl Manifest {
     async fn create_default_cr(&mut self, cr: &Value) -> anyhow::Result<()> {
         let (av, kind, ns, name) = obj_ref(cr);
         let api = self.api(&av, &kind, ns.as_deref()).await?;
-        let exists = match api.get(&name).await {
-            Ok(_) => true,
-            Err(kube::Error::Api(e)) if e.code == 404 => false,
-            Err(e) => return Err(e.into()),
-        };
-        if exists {
+        if api.get_opt(&name).await?.is_some() {
             return Ok(());
         }
         let obj: DynamicObject = serde_json::from_value(cr.clone())?;
@@ -461,19 +490,15 @@ impl Manifest {
         default_cr: &Value,
     ) -> anyhow::Result<Option<Outcome>> {
         let (av, kind, ns, name) = obj_ref(default_cr);
-        let crs: Api<DynamicObject> = {
-            let api = self.api(&av, &kind, ns.as_deref()).await;
-            match api {
-                Ok(_) => {
-                    let (ar, _) = self.resources[&(av.clone(), kind.clone())].clone();
-                    Api::all_with(self.client.clone(), &ar)
-                }
-                Err(_) => {
-                    // The CRD is gone already: nothing of the kind is left.
-                    return self.prune_all().await;
-                }
-            }
+        // Every CR of the kind, in all namespaces (a cluster-wide Api of the same resource).
+        let Ok(api) = self.api(&av, &kind, ns.as_deref()).await else {
+            // The CRD is gone already: nothing of the kind is left.
+            return self.prune_all().await;
         };
+        let crs: Api<DynamicObject> = Api::all_with(
+            self.client.clone(),
+            &self.resources[&(av.clone(), kind.clone())].0,
+        );
         let items = match crs.list(&Default::default()).await {
             Ok(l) => l.items,
             // The CRD went with the first prune pass: nothing of the kind is left.
@@ -491,8 +516,13 @@ impl Manifest {
                 operation: format!("waiting for module crs deletion: {others:?}"),
             }));
         }
-        let api = self.api(&av, &kind, ns.as_deref()).await?;
-        if api.get_opt(&name).await?.is_some() {
+        let exists = match api.get(&name).await {
+            Ok(_) => true,
+            // Gone, or its resource no longer served (the CRD pruned).
+            Err(kube::Error::Api(e)) if e.code == 404 => false,
+            Err(e) => return Err(e.into()),
+        };
+        if exists {
             let failed = self.apply(target).await;
             if !failed.is_empty() {
                 bail!("applying during removal: {}", failed.join("; "));

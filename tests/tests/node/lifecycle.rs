@@ -4,7 +4,6 @@
 //! Deployment; an upgrade to a second bundle (a changed default image, one object fewer) with pruning and
 //! the user's configuration kept; removal in its order, blocked while a ServiceMapping exists.
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -34,36 +33,6 @@ fn yaml_docs(rel: &str) -> anyhow::Result<Vec<Value>> {
         }
     }
     Ok(out)
-}
-
-/// The images modulectl finds in the manifest (`internal/service/contentprovider/manifest.go`,
-/// `ExtractImagesFromManifest`): container images and env values that look like image references.
-fn images_in(docs: &[Value]) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for d in docs
-        .iter()
-        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "StatefulSet")
-    {
-        for list in ["containers", "initContainers"] {
-            for c in d["spec"]["template"]["spec"][list]
-                .as_array()
-                .into_iter()
-                .flatten()
-            {
-                out.extend(c["image"].as_str().map(String::from));
-                for e in c["env"].as_array().into_iter().flatten() {
-                    if let Some(v) = e["value"].as_str()
-                        && (3..=256).contains(&v.len())
-                        && (v.contains(':') || v.contains('@'))
-                        && !v.contains(char::is_whitespace)
-                    {
-                        out.insert(v.to_string());
-                    }
-                }
-            }
-        }
-    }
-    out
 }
 
 /// `LOCAL/<last segment>:<tag>`: the name OCM's transfer gives an image in the local registry.
@@ -180,8 +149,8 @@ async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module
     let v1 = yaml_docs(&format!("manifests/{}", cp_api::bundle::BUNDLE))?;
     let v2 = bundle_v2(&v1);
     let default_cr = yaml_docs("manifests/default-cr.yaml")?.remove(0);
-    let mut images = images_in(&v1);
-    images.extend(images_in(&v2));
+    let mut images = lifecycle::modulectl_images(&v1);
+    images.extend(lifecycle::modulectl_images(&v2));
     assert_eq!(
         images.len(),
         5,
@@ -206,9 +175,11 @@ async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module
     let target_v1 = render(&v1)?;
     let target_v2 = render(&v2)?;
     assert!(
-        images_in(&target_v1).iter().all(|i| i.starts_with(LOCAL)),
+        lifecycle::modulectl_images(&target_v1)
+            .iter()
+            .all(|i| i.starts_with(LOCAL)),
         "every image the bundle names is rewritten: {:?}",
-        images_in(&target_v1)
+        lifecycle::modulectl_images(&target_v1)
     );
 
     // Install: passes until Ready with the default CR created.

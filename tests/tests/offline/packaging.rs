@@ -421,35 +421,9 @@ fn module_config_satisfies_modulectls_documented_rules() {
         .collect();
     scanned.sort();
     let docs = all_manifest_docs();
-    let mut running: Vec<String> = docs
-        .iter()
-        .filter(|d| d["kind"] == "Deployment")
-        .flat_map(|d| {
-            d["spec"]["template"]["spec"]["containers"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .flat_map(|c| {
-            let env = c["env"].as_array().cloned().unwrap_or_default();
-            c["image"]
-                .as_str()
-                .map(String::from)
-                .into_iter()
-                .chain(
-                    env.into_iter()
-                        .filter_map(|e| e["value"].as_str().map(String::from))
-                        .filter(|v| {
-                            (3..=256).contains(&v.len())
-                                && (v.contains(':') || v.contains('@'))
-                                && !v.contains(char::is_whitespace)
-                        }),
-                )
-                .collect::<Vec<_>>()
-        })
+    let running: Vec<String> = cp_tests::lifecycle::modulectl_images(&docs)
+        .into_iter()
         .collect();
-    running.sort();
-    running.dedup();
     assert_eq!(scanned, running, "sec-scanners-config bdba images");
     // Every env image candidate is a reference modulectl accepts: a tag (not latest or main) or a digest.
     for image in &running {
