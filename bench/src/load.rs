@@ -66,6 +66,59 @@ pub struct Stats {
     pub steal_pct: f64,
     /// Attempts the bench made at this run (it repeats runs with steal); 1 from [`run`].
     pub attempts: u32,
+    /// CFS periods of the measured window in which the server's cgroup was throttled, and the
+    /// periods it ran in (`cpu.stat`), when the run had a CPU limit.
+    pub throttled: Option<Throttling>,
+    /// Every latency of the measured window, µs, sorted.
+    pub latencies: Arc<Vec<u32>>,
+}
+
+/// CFS bandwidth figures of a cgroup over a window (`cpu.stat` of the v1 `cpu` controller).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Throttling {
+    /// Enforcement periods that elapsed with the group runnable.
+    pub periods: u64,
+    /// Of those, the periods in which it hit its quota and was throttled.
+    pub throttled: u64,
+    /// Time its threads spent throttled, µs.
+    pub throttled_us: u64,
+}
+
+impl Throttling {
+    /// Reads `cpu.stat` in the cgroup directory `dir`.
+    pub fn read(dir: &std::path::Path) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        let path = dir.join("cpu.stat");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("{}: unexpected content", path.display()))
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        let field = |k: &str| {
+            text.lines().find_map(|l| {
+                l.strip_prefix(k)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+        };
+        Some(Self {
+            periods: field("nr_periods")?,
+            throttled: field("nr_throttled")?,
+            throttled_us: field("throttled_time")? / 1_000,
+        })
+    }
+
+    /// What happened between `earlier` and this reading.
+    pub fn since(&self, earlier: Self) -> Self {
+        Self {
+            periods: self.periods.saturating_sub(earlier.periods),
+            throttled: self.throttled.saturating_sub(earlier.throttled),
+            throttled_us: self.throttled_us.saturating_sub(earlier.throttled_us),
+        }
+    }
 }
 
 /// What to send where.
@@ -301,6 +354,49 @@ fn clock_ticks() -> u64 {
     })
 }
 
+/// Latencies pooled over several runs (every attempt of a cell): counts per microsecond value.
+#[derive(Clone, Debug, Default)]
+pub struct Pooled {
+    counts: std::collections::BTreeMap<u32, u64>,
+    total: u64,
+}
+
+impl Pooled {
+    /// Adds a run's latencies.
+    pub fn add(&mut self, latencies: &[u32]) {
+        for &l in latencies {
+            *self.counts.entry(l).or_insert(0) += 1;
+        }
+        self.total += latencies.len() as u64;
+    }
+
+    /// Latencies pooled so far.
+    pub fn len(&self) -> u64 {
+        self.total
+    }
+
+    /// Whether nothing was pooled.
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// The `p` percentile (0 < p ≤ 1) of everything pooled, µs; the same rank rule as a run's.
+    pub fn percentile(&self, p: f64) -> u64 {
+        if self.total == 0 {
+            return 0;
+        }
+        let rank = ((self.total as f64 * p).ceil() as u64).clamp(1, self.total);
+        let mut seen = 0;
+        for (&v, &n) in &self.counts {
+            seen += n;
+            if seen >= rank {
+                return u64::from(v);
+            }
+        }
+        self.counts.keys().next_back().map_or(0, |&v| u64::from(v))
+    }
+}
+
 /// Latencies and errors of the measured window.
 #[derive(Default)]
 struct Window {
@@ -317,6 +413,19 @@ pub async fn run(
     measure: Duration,
     server_pid: u32,
 ) -> anyhow::Result<Stats> {
+    run_in(target, mode, warmup, measure, server_pid, None).await
+}
+
+/// [`run`] of a server in the `cpu` cgroup `cgroup` (its CPU limit): the run's throttled periods
+/// over the measured window are read from the cgroup's `cpu.stat`.
+pub async fn run_in(
+    target: &Target,
+    mode: Mode,
+    warmup: Duration,
+    measure: Duration,
+    server_pid: u32,
+    cgroup: Option<std::path::PathBuf>,
+) -> anyhow::Result<Stats> {
     let start = Instant::now();
     let measure_from = start + warmup;
     let end = measure_from + measure;
@@ -324,17 +433,23 @@ pub async fn run(
         tokio::time::sleep_until(measure_from.into()).await;
         let a = process_cpu_us(server_pid);
         let ticks_a = machine_ticks();
+        let cfs_a = cgroup.as_deref().map(Throttling::read).transpose();
         tokio::time::sleep_until(end.into()).await;
         let b = process_cpu_us(server_pid);
         let ticks_b = machine_ticks();
-        Ok::<_, anyhow::Error>((b?.saturating_sub(a?), ticks_b?.since(ticks_a?)))
+        let cfs_b = cgroup.as_deref().map(Throttling::read).transpose();
+        let throttled = match (cfs_a?, cfs_b?) {
+            (Some(a), Some(b)) => Some(b.since(a)),
+            _ => None,
+        };
+        Ok::<_, anyhow::Error>((b?.saturating_sub(a?), ticks_b?.since(ticks_a?), throttled))
     });
     let (window, extra_connections) = match mode {
         Mode::Closed(c) => (closed(target, c, false, measure_from, end).await?, 0),
         Mode::Fresh(c) => (closed(target, c, true, measure_from, end).await?, 0),
         Mode::Open(rate) => open(target, rate, start, measure_from, end).await?,
     };
-    let (cpu_us, steal_pct) = cpu.await??;
+    let (cpu_us, steal_pct, throttled) = cpu.await??;
     let mut all = window.lat;
     all.sort_unstable();
     let pct = |p: f64| -> u64 {
@@ -356,6 +471,8 @@ pub async fn run(
         extra_connections,
         steal_pct,
         attempts: 1,
+        throttled,
+        latencies: Arc::new(all),
     })
 }
 
@@ -516,6 +633,41 @@ async fn open(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pooled_percentiles_rank_like_a_single_run() {
+        let mut p = Pooled::default();
+        assert_eq!(p.percentile(0.99), 0);
+        p.add(&(1..=50).collect::<Vec<u32>>());
+        p.add(&(51..=100).collect::<Vec<u32>>());
+        assert_eq!(p.len(), 100);
+        assert_eq!(p.percentile(0.5), 50);
+        assert_eq!(p.percentile(0.99), 99);
+        assert_eq!(p.percentile(1.0), 100);
+        p.add(&[5000]);
+        assert_eq!(p.percentile(1.0), 5000);
+    }
+
+    #[test]
+    fn throttling_is_read_from_cpu_stat() {
+        let a =
+            Throttling::parse("nr_periods 10\nnr_throttled 2\nthrottled_time 3000000\n").unwrap();
+        assert_eq!(
+            a,
+            Throttling {
+                periods: 10,
+                throttled: 2,
+                throttled_us: 3000
+            }
+        );
+        let b = Throttling::parse(
+            "nr_periods 40\nnr_throttled 2\nthrottled_time 3000000\nwait_sum 1\n",
+        )
+        .unwrap();
+        assert_eq!(b.since(a).throttled, 0);
+        assert_eq!(b.since(a).periods, 30);
+        assert!(Throttling::parse("nr_periods x\n").is_none());
+    }
 
     #[test]
     fn steal_is_the_share_of_every_state_but_guest() {

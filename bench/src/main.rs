@@ -106,6 +106,11 @@ async fn run(quick: bool, out: &Path) -> anyhow::Result<()> {
         md.push_str(f);
     }
     std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;
+    if let Some(w) = &webhook {
+        let csv = out.with_file_name(cp_bench::webhook::ATTEMPTS_CSV);
+        std::fs::write(&csv, cp_bench::webhook::attempts_csv(w))
+            .with_context(|| format!("writing {}", csv.display()))?;
+    }
     println!("{md}");
     println!("wrote {}", out.display());
     Ok(())

@@ -23,7 +23,7 @@ use cp_tests::cluster::Options;
 use cp_tests::webhook::Webhook;
 use serde_json::json;
 
-use crate::load::{self, Mode, Stats, Target};
+use crate::load::{self, Mode, Pooled, Stats, Target};
 use crate::reviews;
 
 /// Repeats of every cell in a full run.
@@ -43,6 +43,11 @@ const QUIET_WAIT: Duration = Duration::from_secs(30);
 pub const MAPPINGS: usize = 10_000;
 /// Open-loop rates, requests per second.
 pub const RATES: [u32; 2] = [500, 2_000];
+/// Further open-loop rates in the Deployment's CPU limit, cp-webhook alone: where the knee is (the
+/// highest rate with p99 < 1 ms and no throttled period).
+pub const KNEE_RATES: [u32; 5] = [3_000, 4_000, 5_000, 6_000, 8_000];
+/// The knee's goal, requests per second, for `/mutate` and `/validate` each.
+pub const KNEE_GOAL: u32 = 5_000;
 /// The load generator's CPU and the server's.
 const CLIENT_CPU: &str = "0";
 const SERVER_CPU: &str = "1";
@@ -68,11 +73,25 @@ struct Cell {
     limited: bool,
 }
 
+/// One attempt of one run, kept or not: a row of the attempts CSV.
+pub struct Attempt {
+    rep: usize,
+    attempt: u32,
+    cell: usize,
+    server: usize,
+    kept: bool,
+    stats: Stats,
+}
+
 /// Everything the section measured, for rendering.
 pub struct Results {
     cells: Vec<Cell>,
     names: Vec<&'static str>,
     runs: BTreeMap<(usize, usize), Vec<Stats>>,
+    /// Every attempt's latencies, pooled per cell and server.
+    pooled: BTreeMap<(usize, usize), Pooled>,
+    /// Every attempt, in the order made.
+    log: Vec<Attempt>,
     repeats: usize,
     attempts: u32,
     measure: Duration,
@@ -86,15 +105,15 @@ pub struct Results {
     gogc: String,
 }
 
-/// The run to keep after attempt number `attempt` gave `next`: the less-stolen of the two (the
-/// earlier on a tie), counting the attempts made.
-fn keep(kept: Option<Stats>, next: Stats, attempt: u32) -> Stats {
-    let mut k = match kept {
-        Some(k) if k.steal_pct <= next.steal_pct => k,
-        _ => next,
-    };
-    k.attempts = attempt;
-    k
+/// The attempt to keep: the least stolen (the earliest on a tie).
+fn keep(attempts: &[Stats]) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, a) in attempts.iter().enumerate() {
+        if best.is_none_or(|b| a.steal_pct < attempts[b].steal_pct) {
+            best = Some(i);
+        }
+    }
+    best
 }
 
 /// Waits until a second passes without steal, or [`QUIET_WAIT`] has passed.
@@ -464,6 +483,15 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
                     limited: true,
                 });
             }
+            for rate in KNEE_RATES {
+                cells.push(Cell {
+                    path,
+                    body: body.clone(),
+                    mode: Mode::Open(rate),
+                    servers: vec![OURS],
+                    limited: true,
+                });
+            }
         }
     }
     let (repeats, attempts, warmup, measure, open_measure) = if quick {
@@ -487,6 +515,8 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
         pin_self(CLIENT_CPU)?;
     }
     let mut runs: BTreeMap<(usize, usize), Vec<Stats>> = BTreeMap::new();
+    let mut pooled: BTreeMap<(usize, usize), Pooled> = BTreeMap::new();
+    let mut log: Vec<Attempt> = Vec::new();
     let profile;
     {
         // The control plane sleeps through the admission runs; the servers take turns.
@@ -505,7 +535,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
                     } else {
                         measure
                     };
-                    let mut kept: Option<Stats> = None;
+                    let mut made: Vec<Stats> = Vec::new();
                     for attempt in 1..=attempts {
                         if attempts > 1 {
                             wait_for_quiet().await;
@@ -518,12 +548,13 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
                             }
                             _ => None,
                         };
-                        let stats = load::run(
+                        let stats = load::run_in(
                             &target(si, cell.path, &cell.body),
                             cell.mode,
                             warmup,
                             m,
                             pid,
+                            limited.map(|l| l.dir.clone()),
                         )
                         .await;
                         if let Some(l) = limited {
@@ -539,15 +570,31 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
                             cell.path,
                             cell.mode.label()
                         );
-                        let k = keep(kept, stats, attempt);
-                        let quiet = k.steal_pct <= STEAL_MAX_PCT;
-                        kept = Some(k);
+                        let quiet = stats.steal_pct <= STEAL_MAX_PCT;
+                        pooled.entry((ci, si)).or_default().add(&stats.latencies);
+                        made.push(stats);
                         if quiet {
                             break;
                         }
                     }
-                    if let Some(stats) = kept {
-                        runs.entry((ci, si)).or_default().push(stats);
+                    let kept = keep(&made);
+                    let n = made.len() as u32;
+                    for (i, mut stats) in made.into_iter().enumerate() {
+                        // The latencies are pooled; the log keeps the figures.
+                        stats.latencies = Default::default();
+                        if Some(i) == kept {
+                            let mut k = stats.clone();
+                            k.attempts = n;
+                            runs.entry((ci, si)).or_default().push(k);
+                        }
+                        log.push(Attempt {
+                            rep,
+                            attempt: i as u32 + 1,
+                            cell: ci,
+                            server: si,
+                            kept: Some(i) == kept,
+                            stats,
+                        });
                     }
                 }
             }
@@ -571,6 +618,8 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
         names: servers.iter().map(|s| s.name).collect(),
         cells,
         runs,
+        pooled,
+        log,
         repeats,
         attempts,
         measure,
@@ -663,7 +712,7 @@ pub fn render(r: &Results) -> String {
          every server, the floor's too, in milliseconds then). So each run first waits (up to {:.0} s) for a second \
          without steal, and a run with more than {STEAL_MAX_PCT} % steal in its measured window is run again, up to {} \
          attempts, keeping the least-stolen; the table shows the kept runs' steal and the attempts made (every attempt \
-         is in the bench's log). The same rule applies to every server.\n",
+         is in `{ATTEMPTS_CSV}`). The same rule applies to every server.\n",
         if r.pinned {
             ""
         } else {
@@ -703,7 +752,14 @@ pub fn render(r: &Results) -> String {
     );
     let _ = writeln!(
         md,
-        "| path | load | server | req/s | p50 µs | p99 µs | p99.9 µs | CPU µs/request | errors | steal % | attempts |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "**p99 all attempts** pools the latencies of every attempt of the cell, kept or not, stolen or not; \
+         every attempt's figures are in `{ATTEMPTS_CSV}` beside this file. **Throttled** counts the CFS periods \
+         (100 ms) of the measured windows in which the server hit the CPU limit (`nr_throttled` of its cgroup's \
+         `cpu.stat`), summed over the kept runs, of the periods it ran in.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| path | load | server | req/s | p50 µs | p99 µs | p99 all attempts µs | p99.9 µs | CPU µs/request | errors | throttled periods | steal % | attempts |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for (ci, cell) in r.cells.iter().enumerate() {
         for &si in &cell.servers {
@@ -719,9 +775,13 @@ pub fn render(r: &Results) -> String {
             } else {
                 cell.mode.label()
             };
+            let pooled = r
+                .pooled
+                .get(&(ci, si))
+                .map_or("—".to_string(), |p| p.percentile(0.99).to_string());
             let _ = writeln!(
                 md,
-                "| `{}` | {load} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| `{}` | {load} | {} | {} | {} | {} | {pooled} | {} | {} | {} | {} | {} | {} |",
                 cell.path,
                 r.names[si],
                 summary(runs, |s| s.rps, 0),
@@ -730,6 +790,7 @@ pub fn render(r: &Results) -> String {
                 summary(runs, |s| s.p999_us as f64, 0),
                 summary(runs, |s| s.cpu_us, 1),
                 runs.iter().map(|s| s.errors).sum::<usize>(),
+                throttled(runs),
                 summary(runs, |s| s.steal_pct, 1),
                 runs.iter().map(|s| s.attempts).sum::<u32>(),
             );
@@ -760,6 +821,107 @@ pub fn render(r: &Results) -> String {
         }
     }
     md
+}
+
+/// The file beside BENCHMARKS.md with every attempt of every cell.
+pub const ATTEMPTS_CSV: &str = "BENCHMARKS-webhook-attempts.csv";
+
+/// Throttled periods of the kept runs, of the periods they ran in; "—" without a CPU limit.
+fn throttled(runs: &[Stats]) -> String {
+    let t: Vec<load::Throttling> = runs.iter().filter_map(|s| s.throttled).collect();
+    if t.is_empty() {
+        return "—".into();
+    }
+    let (n, of) = t
+        .iter()
+        .fold((0, 0), |(n, of), x| (n + x.throttled, of + x.periods));
+    format!("{n} of {of}")
+}
+
+/// Every attempt of every cell, kept or not, as CSV.
+pub fn attempts_csv(r: &Results) -> String {
+    let mut out = String::from(
+        "rep,attempt,kept,path,load,cpu_limit_millicores,server,requests,errors,rps,p50_us,p99_us,p999_us,max_us,cpu_us_per_request,steal_pct,cfs_periods,cfs_throttled_periods,cfs_throttled_us\n",
+    );
+    for a in &r.log {
+        let Some(cell) = r.cells.get(a.cell) else {
+            continue;
+        };
+        let s = &a.stats;
+        let limit = if cell.limited {
+            r.limit.as_ref().map_or(String::new(), |m| m.to_string())
+        } else {
+            String::new()
+        };
+        let (periods, thr, thr_us) =
+            s.throttled
+                .map_or((String::new(), String::new(), String::new()), |t| {
+                    (
+                        t.periods.to_string(),
+                        t.throttled.to_string(),
+                        t.throttled_us.to_string(),
+                    )
+                });
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{limit},\"{}\",{},{},{:.0},{},{},{},{},{:.1},{:.2},{periods},{thr},{thr_us}",
+            a.rep + 1,
+            a.attempt,
+            a.kept,
+            cell.path,
+            cell.mode.label(),
+            r.names.get(a.server).copied().unwrap_or("?"),
+            s.requests,
+            s.errors,
+            s.rps,
+            s.p50_us,
+            s.p99_us,
+            s.p999_us,
+            s.max_us,
+            s.cpu_us,
+            s.steal_pct,
+        );
+    }
+    out
+}
+
+/// The knee of `path`: every open-loop rate in the CPU limit with cp-webhook's median p99 and its
+/// throttled periods, and the highest rate with p99 < 1 ms and no throttled period.
+/// One rung of the knee's ladder: rate, median p99 µs, throttled periods, periods.
+type Rung = (u32, f64, u64, u64);
+
+fn knee(r: &Results, path: &str) -> (Vec<Rung>, Option<u32>) {
+    let mut rows = Vec::new();
+    for (ci, cell) in r.cells.iter().enumerate() {
+        let Mode::Open(rate) = cell.mode else {
+            continue;
+        };
+        if cell.path != path || !cell.limited {
+            continue;
+        }
+        let Some(runs) = r.runs.get(&(ci, OURS)) else {
+            continue;
+        };
+        let p99 = median(runs.iter().map(|s| s.p99_us as f64).collect());
+        let thr: u64 = runs
+            .iter()
+            .filter_map(|s| s.throttled)
+            .map(|t| t.throttled)
+            .sum();
+        let periods: u64 = runs
+            .iter()
+            .filter_map(|s| s.throttled)
+            .map(|t| t.periods)
+            .sum();
+        rows.push((rate, p99, thr, periods));
+    }
+    rows.sort_by_key(|r| r.0);
+    let best = rows
+        .iter()
+        .filter(|(_, p99, thr, _)| *p99 < 1000.0 && *thr == 0)
+        .map(|r| r.0)
+        .max();
+    (rows, best)
 }
 
 fn verdicts(r: &Results) -> String {
@@ -799,6 +961,49 @@ fn verdicts(r: &Results) -> String {
                 known(ratio).map(|x| x >= 3.0),
             );
         }
+    }
+    for path in ["/mutate", "/validate"] {
+        let mode = Mode::Open(2_000);
+        let ours = r.med(path, mode, OURS, |s| s.cpu_us);
+        let go = r.med(path, mode, GO, |s| s.cpu_us);
+        let ratio = go / ours;
+        row(
+            format!(
+                "`{path}` ≥ 3× the Go peer's CPU efficiency (open loop 2,000/s in the CPU limit)"
+            ),
+            format!("Go {go:.1} µs vs {ours:.1} µs per request: {ratio:.2}×"),
+            known(ratio).map(|x| x >= 3.0),
+        );
+    }
+    for path in ["/mutate", "/validate"] {
+        let (rows, best) = knee(r, path);
+        if rows.is_empty() {
+            row(
+                format!("`{path}` knee ≥ {KNEE_GOAL}/s in the CPU limit"),
+                "not measured".into(),
+                None,
+            );
+            continue;
+        }
+        let ladder = rows
+            .iter()
+            .map(|(rate, p99, thr, of)| {
+                format!("{rate}/s: p99 {p99:.0} µs, {thr} of {of} periods throttled")
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        row(
+            format!(
+                "`{path}` knee (highest open-loop rate with p99 < 1 ms and no throttled period, medians of the runs) ≥ {KNEE_GOAL}/s in the CPU limit"
+            ),
+            format!(
+                "{}: {ladder}",
+                best.map_or("below every rate tried".to_string(), |b| format!(
+                    "**{b}/s**"
+                ))
+            ),
+            Some(best.is_some_and(|b| b >= KNEE_GOAL)),
+        );
     }
     // A latency goal's figure, with the floor's and the kept runs' steal beside it.
     let latency = |path: &str, mode: Mode| {
@@ -851,31 +1056,18 @@ fn verdicts(r: &Results) -> String {
 mod tests {
     use super::*;
 
-    fn run(steal_pct: f64, p99_us: u64) -> Stats {
+    fn run(steal_pct: f64) -> Stats {
         Stats {
             steal_pct,
-            p99_us,
             ..Stats::default()
         }
     }
 
     #[test]
-    fn the_least_stolen_attempt_is_kept_with_the_count_of_attempts() {
-        let k = keep(None, run(5.0, 4000), 1);
-        assert_eq!((k.p99_us, k.attempts), (4000, 1));
-        let k = keep(Some(k), run(2.0, 2000), 2);
-        assert_eq!((k.p99_us, k.attempts), (2000, 2));
-        let k = keep(Some(k), run(9.0, 9000), 3);
-        assert_eq!(
-            (k.p99_us, k.attempts),
-            (2000, 3),
-            "a more stolen attempt replaced a less stolen one"
-        );
-        let k = keep(Some(k), run(2.0, 500), 4);
-        assert_eq!(
-            (k.p99_us, k.attempts),
-            (2000, 4),
-            "a tie keeps the earlier attempt"
-        );
+    fn the_least_stolen_attempt_is_kept_and_the_earlier_on_a_tie() {
+        assert_eq!(keep(&[]), None);
+        assert_eq!(keep(&[run(5.0)]), Some(0));
+        assert_eq!(keep(&[run(5.0), run(2.0), run(9.0)]), Some(1));
+        assert_eq!(keep(&[run(5.0), run(2.0), run(9.0), run(2.0)]), Some(1));
     }
 }

@@ -12,6 +12,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::Error;
 use crate::context::Ctx;
+use crate::desired::Kind;
 use crate::plan::{CrPatch, Install, Plan, Then};
 use crate::status;
 
@@ -275,17 +276,20 @@ fn record_tunnel(ctx: &Ctx, install: &Install) {
     }
 }
 
+/// Applies the writes in two waves, each wave's writes at once: first what the proxy's pods need
+/// before they start (PriorityClass, NetworkPolicies, ConfigMaps, Secrets, Services), then the
+/// StatefulSet and everything that follows it in [`Kind::ALL`]'s order. An edit that changes a
+/// ConfigMap and the StatefulSet thus costs two round trips, not one per object; a pod the new
+/// StatefulSet starts still finds its configuration written. Every write of a wave is waited for,
+/// the first error (in apply order) is returned, and the next wave is not started after one.
 async fn write_objects(ctx: &Ctx, install: &Install) -> Result<(), Error> {
-    for w in &install.writes {
-        let d = &w.desired;
-        let kind = d.kind.api_resource().kind;
-        let ns = d.namespace.as_deref().unwrap_or("");
-        if ctx.applier.apply(d, w.confirm_absent).await? {
-            let key = (d.kind, d.namespace.clone(), d.name.clone());
-            ctx.cache.wrote(key, w.cached_version.clone());
-            ctx.metrics.applies.with_label_values(&[&kind]).inc();
-            tracing::info!(%kind, name = %d.name, namespace = ns, why = %w.why, "applied");
-        }
+    let (before, after): (Vec<_>, Vec<_>) = install
+        .writes
+        .iter()
+        .partition(|w| before_workload(w.desired.kind));
+    for wave in [before, after] {
+        let results = futures::future::join_all(wave.iter().map(|w| write_one(ctx, w))).await;
+        results.into_iter().collect::<Result<Vec<()>, Error>>()?;
     }
     for (kind, ns, name) in &install.prune {
         ctx.applier.delete(*kind, ns.as_deref(), name).await?;
@@ -294,8 +298,50 @@ async fn write_objects(ctx: &Ctx, install: &Install) -> Result<(), Error> {
     Ok(())
 }
 
+/// Whether objects of `kind` go out in the first wave: before the StatefulSet in apply order.
+fn before_workload(kind: Kind) -> bool {
+    let pos = |k: Kind| Kind::ALL.iter().position(|x| *x == k);
+    pos(kind) < pos(Kind::StatefulSet)
+}
+
+async fn write_one(ctx: &Ctx, w: &crate::plan::Write) -> Result<(), Error> {
+    let d = &w.desired;
+    let kind = d.kind.api_resource().kind;
+    let ns = d.namespace.as_deref().unwrap_or("");
+    if ctx.applier.apply(d, w.confirm_absent).await? {
+        let key = (d.kind, d.namespace.clone(), d.name.clone());
+        ctx.cache.wrote(key, w.cached_version.clone());
+        ctx.metrics.applies.with_label_values(&[&kind]).inc();
+        tracing::info!(%kind, name = %d.name, namespace = ns, why = %w.why, "applied");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    use super::{Kind, before_workload};
+
+    #[test]
+    fn what_the_pods_need_goes_out_before_the_statefulset() {
+        for k in [
+            Kind::PriorityClass,
+            Kind::NetworkPolicy,
+            Kind::ConfigMap,
+            Kind::Secret,
+            Kind::Service,
+        ] {
+            assert!(before_workload(k), "{k:?}");
+        }
+        for k in [
+            Kind::StatefulSet,
+            Kind::Gateway,
+            Kind::ServiceInstance,
+            Kind::ServiceBinding,
+        ] {
+            assert!(!before_workload(k), "{k:?}");
+        }
+    }
+
     use super::backoff;
     use std::time::Duration;
 
