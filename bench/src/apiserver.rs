@@ -32,6 +32,119 @@ pub struct Row {
     pub off: Percentiles,
     /// With them.
     pub on: Percentiles,
+    /// Where the CPU went, without and with the webhooks.
+    pub cost_off: Cost,
+    pub cost_on: Cost,
+}
+
+/// CPU per write of each process over one measurement, and the webhook calls the API server made
+/// in it as its own metrics count them.
+#[derive(Clone, Debug, Default)]
+pub struct Cost {
+    pub writes: usize,
+    /// kube-apiserver, etcd, cp-webhook, this client: CPU ms per write.
+    pub apiserver_ms: f64,
+    pub etcd_ms: f64,
+    pub webhook_ms: f64,
+    pub client_ms: f64,
+    /// Webhook calls (`apiserver_admission_webhook_admission_duration_seconds_count`) and their
+    /// mean duration as the API server measured it, ms.
+    pub calls: f64,
+    pub call_mean_ms: f64,
+    /// The API server's whole admission step per write (`apiserver_admission_step_admission_duration_seconds`), ms.
+    pub admission_mean_ms: f64,
+    /// Connections the webhook refused in the measurement (`cp_webhook_connections_refused_total`).
+    pub refused: f64,
+}
+
+/// What [`Cost`] is computed from: CPU so far of each process, and the metric sums.
+#[derive(Clone, Copy, Default)]
+struct Snapshot {
+    cpu_us: [u64; 4],
+    call_sum: f64,
+    call_count: f64,
+    step_sum: f64,
+    refused: f64,
+}
+
+/// The processes [`Cost`] reads, by name in the control plane (the client is this process).
+struct Meter<'a> {
+    cp: &'a ControlPlane,
+    admin: Client,
+    webhook_metrics: Option<String>,
+}
+
+/// Sum of every sample of the series `name` (any labels) in a Prometheus text exposition.
+fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+impl Meter<'_> {
+    async fn snapshot(&self) -> Snapshot {
+        let cpu = |pid: Option<u32>| {
+            pid.and_then(|p| crate::load::process_cpu_us(p).ok())
+                .unwrap_or(0)
+        };
+        let mut s = Snapshot {
+            cpu_us: [
+                cpu(self.cp.pid("kube-apiserver")),
+                cpu(self.cp.pid("etcd")),
+                cpu(self.cp.pid("cp-webhook")),
+                cpu(Some(std::process::id())),
+            ],
+            ..Snapshot::default()
+        };
+        let req = http::Request::get("/metrics").body(Vec::new());
+        if let Ok(req) = req
+            && let Ok(text) = self.admin.request_text(req).await
+        {
+            s.call_sum = metric_sum(
+                &text,
+                "apiserver_admission_webhook_admission_duration_seconds_sum",
+            );
+            s.call_count = metric_sum(
+                &text,
+                "apiserver_admission_webhook_admission_duration_seconds_count",
+            );
+            s.step_sum = metric_sum(
+                &text,
+                "apiserver_admission_step_admission_duration_seconds_sum",
+            );
+        }
+        if let Some(addr) = &self.webhook_metrics
+            && let Ok((200, text)) = cp_tests::webhook::http_get(addr, "/metrics").await
+        {
+            s.refused = metric_sum(&text, "cp_webhook_connections_refused_total");
+        }
+        s
+    }
+
+    fn cost(a: Snapshot, b: Snapshot, writes: usize) -> Cost {
+        let per =
+            |i: usize| b.cpu_us[i].saturating_sub(a.cpu_us[i]) as f64 / 1e3 / writes.max(1) as f64;
+        let calls = b.call_count - a.call_count;
+        Cost {
+            writes,
+            apiserver_ms: per(0),
+            etcd_ms: per(1),
+            webhook_ms: per(2),
+            client_ms: per(3),
+            calls,
+            call_mean_ms: if calls > 0.0 {
+                (b.call_sum - a.call_sum) * 1e3 / calls
+            } else {
+                0.0
+            },
+            admission_mean_ms: (b.step_sum - a.step_sum) * 1e3 / writes.max(1) as f64,
+            refused: b.refused - a.refused,
+        }
+    }
 }
 
 fn cr(name: &str) -> DynamicObject {
@@ -109,20 +222,34 @@ async fn open(
     Ok(out)
 }
 
-/// The four measurements with the API server as it is (webhooks registered or not); `tag` keeps
-/// the names apart.
-async fn measure(admin: &Client, tag: &str, quick: bool) -> anyhow::Result<[Vec<f64>; 4]> {
+/// The four measurements with the API server as it is (webhooks registered or not), each with
+/// where its CPU went; `tag` keeps the names apart.
+async fn measure(
+    meter: &Meter<'_>,
+    tag: &str,
+    quick: bool,
+) -> anyhow::Result<[(Vec<f64>, Cost); 4]> {
     let api: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
+        meter.admin.clone(),
         NS,
         &kube::api::ApiResource::erase::<cp_api::ConnectivityProxy>(&()),
     );
     let (n_closed, n_open) = if quick { (50, 200) } else { (300, 2_000) };
+    let a = meter.snapshot().await;
     let created = closed(&api, "create", &format!("{tag}-c"), n_closed).await?;
+    let b = meter.snapshot().await;
     let patched = closed(&api, "patch", &format!("{tag}-c"), n_closed).await?;
+    let c = meter.snapshot().await;
     let open_created = open(&api, "create", &format!("{tag}-o"), 0, n_open).await?;
+    let d = meter.snapshot().await;
     let open_patched = open(&api, "patch", &format!("{tag}-c"), n_closed, n_open).await?;
-    Ok([created, patched, open_created, open_patched])
+    let e = meter.snapshot().await;
+    Ok([
+        (created, Meter::cost(a, b, n_closed)),
+        (patched, Meter::cost(b, c, n_closed)),
+        (open_created, Meter::cost(c, d, n_open)),
+        (open_patched, Meter::cost(d, e, n_open)),
+    ])
 }
 
 /// Runs the section on a control plane of its own.
@@ -132,11 +259,17 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let admin = cp.admin().await?;
     cp_tests::fixtures::apply_our_crds(&admin).await?;
     cp_tests::cluster::ensure_namespace(&admin, NS).await?;
+    let mut meter = Meter {
+        cp: &cp,
+        admin: admin.clone(),
+        webhook_metrics: None,
+    };
     // Warm the API server's paths (discovery, the CRD's storage) before anything is timed.
-    let _ = measure(&admin, "warm", true).await?;
-    let off = measure(&admin, "off", quick).await?;
+    let _ = measure(&meter, "warm", true).await?;
+    let off = measure(&meter, "off", quick).await?;
     let wh = Webhook::start(&cp, "cp-webhook", &["--privileged-groups=system:masters"]).await?;
     wh.register(&admin).await?;
+    meter.webhook_metrics = Some(wh.metrics_addr.clone());
     // Admission is on once a create comes back with the injected defaults.
     let api: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
@@ -158,8 +291,9 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let _ = measure(&admin, "warm-on", true).await?;
-    let on = measure(&admin, "on", quick).await?;
+    let _ = measure(&meter, "warm-on", true).await?;
+    let on = measure(&meter, "on", quick).await?;
+    drop(meter);
     drop(wh);
     drop(cp);
     let modes = [
@@ -174,8 +308,10 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         .map(|((mode, op), (off, on))| Row {
             mode: mode.to_string(),
             op,
-            off: Percentiles::of(off),
-            on: Percentiles::of(on),
+            off: Percentiles::of(&off.0),
+            on: Percentiles::of(&on.0),
+            cost_off: off.1.clone(),
+            cost_on: on.1.clone(),
         })
         .collect())
 }
@@ -206,6 +342,33 @@ pub fn render(rows: &[Row]) -> String {
             "| {} | {} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:+.2} ms | {verdict} |",
             r.mode, r.op, r.on.samples, r.off.p50_ms, r.off.p99_ms, r.on.p50_ms, r.on.p99_ms, added
         );
+    }
+    s.push_str(
+        "\nWhere the time and the CPU went (CPU per write of each process over the measurement, from \
+         `/proc/<pid>/stat`; the webhook calls and their mean duration as kube-apiserver's own metrics \
+         `apiserver_admission_webhook_admission_duration_seconds` count them; the API server's whole admission step per \
+         write from `apiserver_admission_step_admission_duration_seconds`; connections `cp-webhook` refused from \
+         `cp_webhook_connections_refused_total`). Everything shares this machine's 2 cores.\n\n\
+         | loop | write | webhooks | kube-apiserver CPU ms/write | etcd | cp-webhook | client | webhook calls | mean call ms (API server's view) | admission step ms/write | refused connections |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for r in rows {
+        for (label, c) in [("without", &r.cost_off), ("with", &r.cost_on)] {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {label} | {:.2} | {:.2} | {:.3} | {:.2} | {:.0} | {:.2} | {:.2} | {:.0} |",
+                r.mode,
+                r.op,
+                c.apiserver_ms,
+                c.etcd_ms,
+                c.webhook_ms,
+                c.client_ms,
+                c.calls,
+                c.call_mean_ms,
+                c.admission_mean_ms,
+                c.refused
+            );
+        }
     }
     s.push('\n');
     s

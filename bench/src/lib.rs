@@ -5,5 +5,6 @@ pub mod apiserver;
 pub mod controller;
 pub mod floor;
 pub mod load;
+pub mod node;
 pub mod reviews;
 pub mod webhook;
