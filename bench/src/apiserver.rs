@@ -55,6 +55,9 @@ pub struct Cost {
     pub admission_mean_ms: f64,
     /// Connections the webhook refused in the measurement (`cp_webhook_connections_refused_total`).
     pub refused: f64,
+    /// Connections the webhook accepted in it, HTTP/2 and HTTP/1.1 (`cp_webhook_connections_total`).
+    pub h2: f64,
+    pub h1: f64,
 }
 
 /// What [`Cost`] is computed from: CPU so far of each process, and the metric sums.
@@ -65,6 +68,8 @@ struct Snapshot {
     call_count: f64,
     step_sum: f64,
     refused: f64,
+    h2: f64,
+    h1: f64,
 }
 
 /// The processes [`Cost`] reads, by name in the control plane (the client is this process).
@@ -121,6 +126,8 @@ impl Meter<'_> {
             && let Ok((200, text)) = cp_tests::webhook::http_get(addr, "/metrics").await
         {
             s.refused = metric_sum(&text, "cp_webhook_connections_refused_total");
+            s.h2 = metric_sum(&text, "cp_webhook_connections_total{protocol=\"h2\"}");
+            s.h1 = metric_sum(&text, "cp_webhook_connections_total{protocol=\"http/1.1\"}");
         }
         s
     }
@@ -143,6 +150,8 @@ impl Meter<'_> {
             },
             admission_mean_ms: (b.step_sum - a.step_sum) * 1e3 / writes.max(1) as f64,
             refused: b.refused - a.refused,
+            h2: b.h2 - a.h2,
+            h1: b.h1 - a.h1,
         }
     }
 }
@@ -349,14 +358,14 @@ pub fn render(rows: &[Row]) -> String {
          `apiserver_admission_webhook_admission_duration_seconds` count them; the API server's whole admission step per \
          write from `apiserver_admission_step_admission_duration_seconds`; connections `cp-webhook` refused from \
          `cp_webhook_connections_refused_total`). Everything shares this machine's 2 cores.\n\n\
-         | loop | write | webhooks | kube-apiserver CPU ms/write | etcd | cp-webhook | client | webhook calls | mean call ms (API server's view) | admission step ms/write | refused connections |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+         | loop | write | webhooks | kube-apiserver CPU ms/write | etcd | cp-webhook | client | webhook calls | mean call ms (API server's view) | admission step ms/write | connections opened (h2 / http/1.1) | refused connections |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in rows {
         for (label, c) in [("without", &r.cost_off), ("with", &r.cost_on)] {
             let _ = writeln!(
                 s,
-                "| {} | {} | {label} | {:.2} | {:.2} | {:.3} | {:.2} | {:.0} | {:.2} | {:.2} | {:.0} |",
+                "| {} | {} | {label} | {:.2} | {:.2} | {:.3} | {:.2} | {:.0} | {:.2} | {:.2} | {:.0} / {:.0} | {:.0} |",
                 r.mode,
                 r.op,
                 c.apiserver_ms,
@@ -366,6 +375,8 @@ pub fn render(rows: &[Row]) -> String {
                 c.calls,
                 c.call_mean_ms,
                 c.admission_mean_ms,
+                c.h2,
+                c.h1,
                 c.refused
             );
         }

@@ -40,6 +40,9 @@ pub struct Metrics {
     pub requests_shed: IntCounterVec,
     /// `cp_webhook_open_connections`.
     pub open_connections: IntGauge,
+    /// `cp_webhook_connections_total{protocol}`: connections past the TLS handshake, by the protocol
+    /// ALPN chose (`h2`, `http/1.1`).
+    pub connections: IntCounterVec,
     /// The request series resolved once each (no label lookup per request), created on first use.
     handles: Handles,
 }
@@ -136,6 +139,17 @@ impl Metrics {
             "cp_webhook_open_connections",
             "Open connections to the admission port.",
         )?;
+        let connections = IntCounterVec::new(
+            Opts::new(
+                "cp_webhook_connections_total",
+                "Connections past the TLS handshake, by the protocol ALPN chose (h2, http/1.1). The \
+                 API server multiplexes its admission calls on HTTP/2 connections.",
+            ),
+            &["protocol"],
+        )?;
+        for p in ["h2", "http/1.1"] {
+            connections.with_label_values(&[p]);
+        }
         // Every reason exported from the start (at 0), so alerts see a rise from 0.
         for r in ["global_limit", "source_limit"] {
             connections_refused.with_label_values(&[r]);
@@ -152,6 +166,7 @@ impl Metrics {
             Box::new(connections_closed.clone()),
             Box::new(requests_shed.clone()),
             Box::new(open_connections.clone()),
+            Box::new(connections.clone()),
             Box::new(duration.clone()),
             Box::new(cert_reloads.clone()),
             Box::new(cert_reload_failures.clone()),
@@ -179,6 +194,7 @@ impl Metrics {
             connections_closed,
             requests_shed,
             open_connections,
+            connections,
             handles: Handles::default(),
         })
     }

@@ -438,6 +438,14 @@ pub async fn serve_tls(
                     return;
                 }
             };
+            let protocol = match tls.get_ref().1.alpn_protocol() {
+                Some(b"h2") => "h2",
+                _ => "http/1.1",
+            };
+            conn.metrics
+                .connections
+                .with_label_values(&[protocol])
+                .inc();
             let svc = hyper::service::service_fn({
                 let conn = conn.clone();
                 move |req| {
