@@ -77,6 +77,8 @@ async fn drive(addr: &str, dir: &str, path: &str, c: &str, secs: &str) -> anyhow
         path: format!("/{path}"),
         body: body.into(),
         ca_pem: std::fs::read_to_string(std::path::Path::new(dir).join("ca.pem"))?,
+        server_name: None,
+        dial: None,
     };
     let stats = load::run(
         &target,

@@ -132,7 +132,15 @@ pub struct Target {
     pub body: Bytes,
     /// PEM of the CA that signed the server certificate.
     pub ca_pem: String,
+    /// The name the server's certificate is verified against; `None`: 127.0.0.1.
+    pub server_name: Option<String>,
+    /// Opens the TCP connection instead of connecting to `addr` from here: a server in another
+    /// network namespace (a pod on the test node) is dialled from inside it.
+    pub dial: Option<Dial>,
 }
+
+/// Opens a TCP connection to the server (blocking; run off the async threads).
+pub type Dial = Arc<dyn Fn() -> anyhow::Result<std::net::TcpStream> + Send + Sync>;
 
 /// A client TLS configuration trusting `ca_pem`; `resume` allows session resumption.
 fn connector(ca_pem: &str, resume: bool) -> anyhow::Result<TlsConnector> {
@@ -154,9 +162,18 @@ fn connector(ca_pem: &str, resume: bool) -> anyhow::Result<TlsConnector> {
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
 async fn connect(target: &Target, tls: &TlsConnector) -> anyhow::Result<Sender> {
-    let tcp = tokio::net::TcpStream::connect(&target.addr).await?;
+    let tcp = match &target.dial {
+        Some(dial) => {
+            let dial = dial.clone();
+            let std = tokio::task::spawn_blocking(move || dial()).await??;
+            std.set_nonblocking(true)?;
+            tokio::net::TcpStream::from_std(std)?
+        }
+        None => tokio::net::TcpStream::connect(&target.addr).await?,
+    };
     tcp.set_nodelay(true)?;
-    let name = ServerName::try_from("127.0.0.1")?.to_owned();
+    let name =
+        ServerName::try_from(target.server_name.as_deref().unwrap_or("127.0.0.1"))?.to_owned();
     let stream = tls.connect(name, tcp).await?;
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(async move {

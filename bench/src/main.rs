@@ -74,6 +74,15 @@ async fn run(quick: bool, out: &Path) -> anyhow::Result<()> {
     } else {
         None
     };
+    let node = if only.is_empty() || only == "node" {
+        Some(
+            cp_bench::node::run(quick)
+                .await
+                .context("memory and start-up on the real node")?,
+        )
+    } else {
+        None
+    };
     let fleet = if only.is_empty() || only == "fleet" {
         Some(fleet_section(quick).await.context("fleet view")?)
     } else {
@@ -101,6 +110,9 @@ async fn run(quick: bool, out: &Path) -> anyhow::Result<()> {
     }
     if let Some(a) = &apiserver {
         md.push_str(&cp_bench::apiserver::render(a));
+    }
+    if let Some(n) = &node {
+        md.push_str(&cp_bench::node::render(n));
     }
     if let Some(f) = &fleet {
         md.push_str(f);

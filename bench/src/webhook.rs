@@ -405,6 +405,8 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
         path: path.to_string(),
         body: body.clone(),
         ca_pem: ca_pem.clone(),
+        server_name: None,
+        dial: None,
     };
     // A fast wrong answer is no result: check every answer before loading a server.
     for (s, server) in servers.iter().enumerate() {
