@@ -58,6 +58,15 @@ pub fn validate_update() -> anyhow::Result<Vec<u8>> {
     Ok(serde_json::to_vec(&review("UPDATE", new, Some(old)))?)
 }
 
+/// `/validate`: a user switches service channels off in the defaulted CR while ServiceMappings
+/// exist; the answer is a refusal that names how many and a few of them.
+pub fn validate_channels_off() -> anyhow::Result<Vec<u8>> {
+    let old = defaulted_cr()?;
+    let mut new = old.clone();
+    new["spec"]["config"]["serviceChannels"] = json!({"enabled": false});
+    Ok(serde_json::to_vec(&review("UPDATE", new, Some(old)))?)
+}
+
 /// `/validate-servicemapping`: a user creates ServiceMapping `name` (TCP, serviceId `service_id`).
 pub fn mapping_create(name: &str, service_id: &str) -> anyhow::Result<Vec<u8>> {
     let object = json!({

@@ -71,6 +71,8 @@ struct Cell {
     servers: Vec<usize>,
     /// Run inside the Deployment's CPU limit.
     limited: bool,
+    /// What sets the cell's request apart from the others on its path (shown after the load).
+    note: &'static str,
 }
 
 /// One attempt of one run, kept or not: a row of the attempts CSV.
@@ -101,6 +103,8 @@ pub struct Results {
     mappings: usize,
     bodies: Vec<(&'static str, usize)>,
     rss: Option<load::ProcMemory>,
+    /// The refusal's message when service channels are switched off with the mappings present.
+    off_message: String,
     profile: Result<String, String>,
     gogc: String,
 }
@@ -441,6 +445,18 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
         "the webhook's index must hold the mappings (a duplicate of m-00042 was not refused): {v}"
     );
 
+    // Switching service channels off while the mappings exist: refused, with a message that names a
+    // count and three of them, in time independent of how many there are.
+    let channels_off = Bytes::from(reviews::validate_channels_off()?);
+    let v = answer(&target(OURS, "/validate", &channels_off), "cp-webhook").await?;
+    let off_message = v["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    anyhow::ensure!(
+        v["response"]["allowed"] == false && off_message.contains(&mappings.to_string()),
+        "switching service channels off with {mappings} mappings must be refused naming their count: {v}"
+    );
     let limit = deployment_cpu_limit()
         .map_err(|e| format!("{e:#}"))
         .and_then(|m| {
@@ -457,6 +473,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
                 mode: Mode::Closed(c),
                 servers: vec![FLOOR, OURS, GO],
                 limited: false,
+                note: "",
             });
         }
     }
@@ -466,6 +483,15 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
         mode: Mode::Closed(16),
         servers: vec![FLOOR, OURS],
         limited: false,
+        note: "",
+    });
+    cells.push(Cell {
+        path: "/validate",
+        body: channels_off.clone(),
+        mode: Mode::Closed(16),
+        servers: vec![OURS],
+        limited: false,
+        note: ", service channels switched off (refused)",
     });
     cells.push(Cell {
         path: "/validate",
@@ -473,6 +499,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
         mode: Mode::Fresh(1),
         servers: vec![FLOOR, OURS, GO],
         limited: false,
+        note: "",
     });
     if limit.is_ok() {
         for (path, body) in [("/mutate", &mutate), ("/validate", &validate)] {
@@ -483,6 +510,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
                     mode: Mode::Open(rate),
                     servers: vec![FLOOR, OURS, GO],
                     limited: true,
+                    note: "",
                 });
             }
             for rate in KNEE_RATES {
@@ -492,6 +520,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
                     mode: Mode::Open(rate),
                     servers: vec![OURS],
                     limited: true,
+                    note: "",
                 });
             }
         }
@@ -635,6 +664,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
             ("/validate-servicemapping", mapping.len()),
         ],
         rss,
+        off_message,
         profile,
         gogc: std::env::var("GOGC").unwrap_or_else(|_| "unset (100)".into()),
     })
@@ -670,7 +700,7 @@ impl Results {
         let ci = self
             .cells
             .iter()
-            .position(|c| c.path == path && c.mode == mode)?;
+            .position(|c| c.path == path && c.mode == mode && c.note.is_empty())?;
         self.runs.get(&(ci, server))
     }
 
@@ -776,7 +806,7 @@ pub fn render(r: &Results) -> String {
                 )
             } else {
                 cell.mode.label()
-            };
+            } + cell.note;
             let pooled = r
                 .pooled
                 .get(&(ci, si))
@@ -866,12 +896,13 @@ pub fn attempts_csv(r: &Results) -> String {
                 });
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{limit},\"{}\",{},{},{:.0},{},{},{},{},{:.1},{:.2},{periods},{thr},{thr_us}",
+            "{},{},{},{},\"{}{}\",{limit},\"{}\",{},{},{:.0},{},{},{},{},{:.1},{:.2},{periods},{thr},{thr_us}",
             a.rep + 1,
             a.attempt,
             a.kept,
             cell.path,
             cell.mode.label(),
+            cell.note,
             r.names.get(a.server).copied().unwrap_or("?"),
             s.requests,
             s.errors,
@@ -1028,6 +1059,23 @@ fn verdicts(r: &Results) -> String {
             known(p99).map(|x| x < 1000.0),
         );
     }
+    let off = r.cells.iter().position(|c| !c.note.is_empty());
+    let off_p99 = off
+        .and_then(|ci| r.runs.get(&(ci, OURS)))
+        .map(|runs| median(runs.iter().map(|s| s.p99_us as f64).collect()));
+    row(
+        format!(
+            "`/validate` switching service channels off with {} mappings: p99 < 1 ms at c=16, refusal message < 1 KiB",
+            r.mappings
+        ),
+        format!(
+            "{}; message {} bytes: \"{}\"",
+            off_p99.map_or("not measured".into(), |p| format!("p99 {p:.0} µs")),
+            r.off_message.len(),
+            r.off_message.replace('|', "\\|")
+        ),
+        off_p99.map(|p| p < 1000.0 && r.off_message.len() < 1024),
+    );
     let (p99, measured) = latency("/validate-servicemapping", Mode::Closed(16));
     row(
         format!(
