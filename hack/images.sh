@@ -136,3 +136,7 @@ buildah bud --quiet --layers=false --pull=never -f "$ctx/Containerfile" \
   --label "org.opencontainers.image.description=Pod sandbox for the test node: busybox sleep, standing in for registry.k8s.io/pause:3.10" \
   -t "localhost/cp-node-pause:3.10" "$ctx" >/dev/null
 show_size "localhost/cp-node-pause:3.10" "pod sandbox"
+
+# Every build leaves the images it replaced untagged; remove ours (they carry the title label) so a
+# machine that builds many times does not fill its disk.
+podman --runtime=runc image prune -f --filter label=org.opencontainers.image.title >/dev/null 2>&1 || true

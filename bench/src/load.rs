@@ -70,7 +70,17 @@ pub struct Stats {
     /// periods it ran in (`cpu.stat`), when the run had a CPU limit.
     pub throttled: Option<Throttling>,
     /// Every latency of the measured window, µs, sorted.
-    pub latencies: Arc<Vec<u32>>,
+    pub latencies: Samples,
+}
+
+/// A run's latencies, µs, sorted; shown as their count (a run's log line stays one line).
+#[derive(Clone, Default)]
+pub struct Samples(pub Arc<Vec<u32>>);
+
+impl std::fmt::Debug for Samples {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} samples", self.0.len())
+    }
 }
 
 /// CFS bandwidth figures of a cgroup over a window (`cpu.stat` of the v1 `cpu` controller).
@@ -489,7 +499,7 @@ pub async fn run_in(
         steal_pct,
         attempts: 1,
         throttled,
-        latencies: Arc::new(all),
+        latencies: Samples(Arc::new(all)),
     })
 }
 

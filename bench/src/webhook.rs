@@ -602,7 +602,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
                             cell.mode.label()
                         );
                         let quiet = stats.steal_pct <= STEAL_MAX_PCT;
-                        pooled.entry((ci, si)).or_default().add(&stats.latencies);
+                        pooled.entry((ci, si)).or_default().add(&stats.latencies.0);
                         made.push(stats);
                         if quiet {
                             break;
