@@ -55,7 +55,8 @@ pub struct Cost {
     pub admission_mean_ms: f64,
     /// Connections the webhook refused in the measurement (`cp_webhook_connections_refused_total`).
     pub refused: f64,
-    /// Connections the webhook accepted in it, HTTP/2 and HTTP/1.1 (`cp_webhook_connections_total`).
+    /// Connections the webhook accepted since it started, HTTP/2 and HTTP/1.1, counted at the end of
+    /// the measurement (`cp_webhook_connections_total`; the API server keeps its connections open).
     pub h2: f64,
     pub h1: f64,
 }
@@ -150,8 +151,8 @@ impl Meter<'_> {
             },
             admission_mean_ms: (b.step_sum - a.step_sum) * 1e3 / writes.max(1) as f64,
             refused: b.refused - a.refused,
-            h2: b.h2 - a.h2,
-            h1: b.h1 - a.h1,
+            h2: b.h2,
+            h1: b.h1,
         }
     }
 }
@@ -358,7 +359,7 @@ pub fn render(rows: &[Row]) -> String {
          `apiserver_admission_webhook_admission_duration_seconds` count them; the API server's whole admission step per \
          write from `apiserver_admission_step_admission_duration_seconds`; connections `cp-webhook` refused from \
          `cp_webhook_connections_refused_total`). Everything shares this machine's 2 cores.\n\n\
-         | loop | write | webhooks | kube-apiserver CPU ms/write | etcd | cp-webhook | client | webhook calls | mean call ms (API server's view) | admission step ms/write | connections opened (h2 / http/1.1) | refused connections |\n\
+         | loop | write | webhooks | kube-apiserver CPU ms/write | etcd | cp-webhook | client | webhook calls | mean call ms (API server's view) | admission step ms/write | connections opened since the webhook started (h2 / http/1.1) | refused connections |\n\
          | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in rows {

@@ -353,6 +353,8 @@ async fn start_control_plane() -> anyhow::Result<ControlPlane> {
     std::thread::spawn(move || {
         let _ = tx.send(ControlPlane::start(Options {
             audit_reads: true,
+            // CP_KEEP_DIR keeps the logs (the processes', the audit log) after the run.
+            keep_dir: std::env::var_os("CP_KEEP_DIR").is_some(),
             ..Default::default()
         }));
     });
