@@ -87,6 +87,25 @@ fn not_the_controller() -> Vec<MatchCondition> {
     }]
 }
 
+/// The defaulting webhook is called on an UPDATE only when `spec.deployment` is missing on either
+/// side or changes: an edit that keeps it (the common `kubectl edit` of another field) would be
+/// answered with no patch, since the stored object was defaulted when it was admitted. That spares
+/// the API server one of its two webhook calls per edit (about 2 ms of its CPU each, measured by
+/// `make bench`). A stored `spec.deployment` that lacks a newer release's defaults is moved to them
+/// by the controller, not by this webhook.
+pub const DEFAULTING_NEEDED: &str = "request.operation != 'UPDATE' || !has(object.spec) || \
+     !has(oldObject.spec) || !has(object.spec.deployment) || !has(oldObject.spec.deployment) || \
+     object.spec.deployment != oldObject.spec.deployment";
+
+fn defaulting_conditions() -> Vec<MatchCondition> {
+    let mut c = not_the_controller();
+    c.push(MatchCondition {
+        name: "spec-deployment-may-need-defaults".into(),
+        expression: DEFAULTING_NEEDED.into(),
+    });
+    c
+}
+
 fn meta(name: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.into()),
@@ -106,7 +125,7 @@ pub fn mutating(endpoint: &Endpoint, ca_bundle: Option<&[u8]>) -> MutatingWebhoo
             failure_policy: Some("Fail".into()),
             match_policy: Some("Equivalent".into()),
             reinvocation_policy: Some("IfNeeded".into()),
-            match_conditions: Some(not_the_controller()),
+            match_conditions: Some(defaulting_conditions()),
             rules: Some(vec![rule("connectivityproxies", "Namespaced")]),
             side_effects: "None".into(),
             timeout_seconds: Some(TIMEOUT_SECONDS),
