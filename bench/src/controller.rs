@@ -1097,6 +1097,20 @@ async fn drift_repair(admin: &Client, samples: usize) -> anyhow::Result<Vec<Drif
     Ok(out)
 }
 
+/// ServiceMappings `m-00001` … `m-<n>` of type TCP, each with its name as serviceId: what every
+/// section of the bench creates.
+pub fn numbered_mappings(n: usize) -> Vec<ServiceMapping> {
+    (1..=n)
+        .map(|i| {
+            let name = format!("m-{i:05}");
+            service_mapping(
+                &name,
+                json!({"type": "TCP", "serviceId": name, "internalAddress": "h:80"}),
+            )
+        })
+        .collect()
+}
+
 /// Creates the mappings, `IN_FLIGHT` at a time, retrying transient failures; returns the created
 /// objects (uid and spec as stored) and how many retries it took.
 pub async fn create_mappings(
@@ -1175,15 +1189,7 @@ async fn aggregate(admin: &Client, n: usize, adopt_wait: Duration) -> anyhow::Re
     )
     .await?;
 
-    let mappings = (1..=n)
-        .map(|i| {
-            let name = format!("m-{i:05}");
-            service_mapping(
-                &name,
-                json!({"type": "TCP", "serviceId": name, "internalAddress": "h:80"}),
-            )
-        })
-        .collect();
+    let mappings = numbered_mappings(n);
     let t0 = Instant::now();
     let (_, retries) = create_mappings(admin, mappings).await?;
     let created_at = Instant::now();

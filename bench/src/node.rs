@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use cp_api::{ConnectivityProxy, State, names};
-use cp_tests::node::{Cluster, NODE_NAME};
+use cp_tests::node::{Cluster, NODE_NAME, ready_pods};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use time::OffsetDateTime;
 
 use crate::load::{Mode, Target};
@@ -284,15 +284,7 @@ async fn measure(
     .await?;
 
     // (c) ServiceMappings.
-    let list = (1..=n_mappings)
-        .map(|i| {
-            let name = format!("m-{i:05}");
-            cp_tests::fixtures::service_mapping(
-                &name,
-                json!({"type": "TCP", "serviceId": name, "internalAddress": "h:80"}),
-            )
-        })
-        .collect();
+    let list = crate::controller::numbered_mappings(n_mappings);
     let t0 = Instant::now();
     crate::controller::create_mappings(&admin, list)
         .await
@@ -494,30 +486,6 @@ async fn wait_cr_ready(admin: &Client, timeout: Duration) -> anyhow::Result<()> 
         }
     })
     .await
-}
-
-/// Pods matching `selector` in kyma-system, not being deleted, Running and Ready.
-async fn ready_pods(admin: &Client, selector: &str) -> anyhow::Result<Vec<Pod>> {
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
-    let mut ready: Vec<Pod> = pods
-        .list(&ListParams::default().labels(selector))
-        .await
-        .with_context(|| format!("listing pods {selector}"))?
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| {
-            let st = p.status.clone().unwrap_or_default();
-            st.phase.as_deref() == Some("Running")
-                && st
-                    .conditions
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
-        .collect();
-    ready.sort_by_key(|p| p.name_any());
-    Ok(ready)
 }
 
 async fn pod_names(admin: &Client, selector: &str) -> anyhow::Result<Vec<String>> {
@@ -1095,6 +1063,7 @@ pub fn render(f: &NodeFigures) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn working_set_is_usage_minus_inactive_file() {

@@ -21,7 +21,6 @@ use bytes::Bytes;
 use cp_tests::ControlPlane;
 use cp_tests::cluster::Options;
 use cp_tests::webhook::Webhook;
-use serde_json::json;
 
 use crate::load::{self, Mode, Pooled, Stats, Target};
 use crate::reviews;
@@ -316,15 +315,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Results> {
     // The mappings exist before the webhook starts (no admission for them: it is not registered);
     // its readiness waits for the first complete listing in its index.
     let mappings = if quick { 2_000 } else { MAPPINGS };
-    let all = (1..=mappings)
-        .map(|i| {
-            let name = format!("m-{i:05}");
-            cp_tests::fixtures::service_mapping(
-                &name,
-                json!({"type": "TCP", "serviceId": name, "internalAddress": "h:80"}),
-            )
-        })
-        .collect();
+    let all = crate::controller::numbered_mappings(mappings);
     crate::controller::create_mappings(&admin, all).await?;
 
     let cores = std::thread::available_parallelism()

@@ -514,6 +514,35 @@ exit 1
     }
 }
 
+/// Pods matching `selector` in kyma-system that are Running and Ready (by their probes), not being
+/// deleted, sorted by name.
+pub async fn ready_pods(
+    client: &kube::Client,
+    selector: &str,
+) -> anyhow::Result<Vec<k8s_openapi::api::core::v1::Pod>> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(client.clone(), cp_api::names::KYMA_SYSTEM);
+    let mut ready: Vec<_> = pods
+        .list(&kube::api::ListParams::default().labels(selector))
+        .await
+        .with_context(|| format!("listing pods {selector}"))?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            let st = p.status.clone().unwrap_or_default();
+            st.phase.as_deref() == Some("Running")
+                && st
+                    .conditions
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+        .collect();
+    ready.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    Ok(ready)
+}
+
 /// The cluster domain the node cluster's shoot-info names (the tunnel host is `cp.<domain>`).
 pub const CLUSTER_DOMAIN: &str = "node.test";
 

@@ -56,23 +56,7 @@ pub(crate) async fn wait_cr_ready(
 
 /// Pods matching `selector` in kyma-system that are Running and Ready (by their probes).
 async fn ready_pods(cluster: &Cluster, selector: &str) -> anyhow::Result<Vec<Pod>> {
-    let pods: Api<Pod> = Api::namespaced(cluster.cp.admin().await?, names::KYMA_SYSTEM);
-    Ok(pods
-        .list(&ListParams::default().labels(selector))
-        .await?
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| {
-            let st = p.status.clone().unwrap_or_default();
-            st.phase.as_deref() == Some("Running")
-                && st
-                    .conditions
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
-        .collect())
+    cp_tests::node::ready_pods(&cluster.cp.admin().await?, selector).await
 }
 
 fn pod_name(p: &Pod) -> String {
