@@ -104,7 +104,7 @@ go-peer:
 ## measured are the static release binaries `make images` builds into the images (CP_BIN_DIR).
 ## BENCH_FLAGS=--quick for a short run.
 bench: k8s-bins node-bins go-peer images
-	cargo build --release -p cp-webhook -p cp-controller -p cp-bench --bins
+	cargo build --release -p cp-bench --bins
 	cargo bench -q -p cp-bench --bench admission -- --warm-up-time 1 --measurement-time 3
 	CP_BIN_DIR=$(CARGO_TARGET_DIR)/x86_64-unknown-linux-gnu/release CP_WEBHOOK_LOG=info CP_CONTROLLER_LOG=info \
 	  $(CARGO_TARGET_DIR)/release/cp-bench $(BENCH_FLAGS)

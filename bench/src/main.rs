@@ -216,9 +216,12 @@ fn machine() -> String {
 /// binaries `make images` puts into the images (crt-static, fat LTO), the ones a cluster runs.
 fn measured_binaries() -> String {
     let dir = cp_tests::own_bin_dir();
-    let statically = std::fs::read(dir.join("cp-webhook"))
-        .map(|b| !b.windows(b"ld-linux".len()).any(|w| w == b"ld-linux"))
-        .unwrap_or(false);
+    let statically = ["cp-webhook", "cp-controller"].iter().all(|b| {
+        std::fs::read(dir.join(b))
+            .ok()
+            .and_then(|elf| has_interpreter(&elf))
+            == Some(false)
+    });
     format!(
         "{} ({})",
         dir.display(),
@@ -228,6 +231,27 @@ fn measured_binaries() -> String {
             "dynamically linked: not the images' binaries"
         }
     )
+}
+
+/// Whether a 64-bit little-endian ELF file names a program interpreter (a `PT_INTERP` program header:
+/// the dynamic loader); `None` when it is not such a file. A static-pie binary has none, though glibc's
+/// static code still carries the loader's name as text, so the bytes alone do not tell.
+fn has_interpreter(elf: &[u8]) -> Option<bool> {
+    const PT_INTERP: u32 = 3;
+    if elf.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let u16_at = |o: usize| Some(u16::from_le_bytes(elf.get(o..o + 2)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(elf.get(o..o + 8)?.try_into().ok()?));
+    let phoff = usize::try_from(u64_at(0x20)?).ok()?;
+    let (size, count) = (usize::from(u16_at(0x36)?), usize::from(u16_at(0x38)?));
+    let mut interp = false;
+    for i in 0..count {
+        let at = phoff.checked_add(i.checked_mul(size)?)?;
+        let kind = u32::from_le_bytes(elf.get(at..at + 4)?.try_into().ok()?);
+        interp |= kind == PT_INTERP;
+    }
+    Some(interp)
 }
 
 /// Criterion's estimates from `cargo bench -p cp-bench --bench admission` (run by `make bench` first).
@@ -331,4 +355,28 @@ async fn fleet_section(quick: bool) -> anyhow::Result<String> {
         verdict = if worst < GOAL { "met" } else { "missed" },
         worst = worst * 1e3,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_interpreter;
+
+    #[test]
+    fn an_elf_file_tells_whether_it_needs_the_dynamic_loader() {
+        // Test binaries are linked dynamically.
+        let me = std::fs::read(std::env::current_exe().expect("own path")).expect("own binary");
+        assert_eq!(has_interpreter(&me), Some(true));
+        assert_eq!(has_interpreter(b"#!/bin/sh\n"), None);
+        assert_eq!(has_interpreter(b"\x7fELF\x02\x01"), None, "truncated");
+        // A header whose program headers are all PT_LOAD (1): no interpreter.
+        let mut elf = vec![0u8; 0x40 + 56];
+        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        elf[0x20..0x28].copy_from_slice(&0x40u64.to_le_bytes());
+        elf[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        elf[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+        elf[0x40..0x44].copy_from_slice(&1u32.to_le_bytes());
+        assert_eq!(has_interpreter(&elf), Some(false));
+        elf[0x40..0x44].copy_from_slice(&3u32.to_le_bytes());
+        assert_eq!(has_interpreter(&elf), Some(true));
+    }
 }

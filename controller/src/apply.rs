@@ -13,8 +13,15 @@ use crate::desired::{Desired, Kind};
 /// field dropped from the desired state (which a subset comparison cannot see) still triggers an apply.
 pub fn with_hash(d: &Desired) -> Value {
     let mut body = d.body.clone();
-    let hash = crate::desired::hash_str(&d.body.to_string());
-    if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+    if let Some(meta) = body.get_mut("metadata") {
+        add_hash(meta, Digest::of(d).hash);
+    }
+    body
+}
+
+/// Puts the applied-hash annotation into an object's `metadata`.
+fn add_hash(meta: &mut Value, hash: String) {
+    if let Some(meta) = meta.as_object_mut() {
         let ann = meta
             .entry("annotations")
             .or_insert_with(|| Value::Object(Default::default()));
@@ -22,7 +29,30 @@ pub fn with_hash(d: &Desired) -> Value {
             a.insert(names::ANNOTATION_APPLIED_HASH.into(), Value::String(hash));
         }
     }
-    body
+}
+
+/// The length and the hash ([`crate::desired::hash_str`]) of a desired body's compact JSON, computed
+/// as it is written out, without holding the text: the aggregated mappings ConfigMap is most of a
+/// megabyte with 10,000 mappings, and a reconcile needs both of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Digest {
+    /// Bytes of the compact JSON.
+    pub len: usize,
+    /// Its FNV-1a hash, as [`crate::desired::hash_str`] computes it for the text.
+    pub hash: String,
+}
+
+impl Digest {
+    /// The digest of `d`'s body.
+    pub fn of(d: &Desired) -> Self {
+        let mut w = crate::desired::Fnv::default();
+        // Writing a Value into this writer cannot fail (no I/O, string-keyed maps).
+        let _ = serde_json::to_writer(&mut w, &d.body);
+        Self {
+            len: w.len,
+            hash: w.hex(),
+        }
+    }
 }
 
 /// Whether every field of `desired` has the same value in `live` (extra live fields are fine; empty
@@ -188,13 +218,53 @@ pub async fn list_owned(
 
 /// Why `d` must be applied over `live` (`None`: it matches, nothing to write).
 pub fn apply_reason(d: &Desired, live: Option<&DynamicObject>) -> Option<String> {
-    match live {
-        None => Some("absent".into()),
-        Some(live) => {
-            let live = serde_json::to_value(live).unwrap_or(Value::Null);
-            mismatch(&with_hash(d), &live, "").map(|path| format!("{path} differs"))
-        }
-    }
+    apply_reason_with(d, &Digest::of(d), live)
+}
+
+/// [`apply_reason`] with the body's digest already computed. The live object is compared field by
+/// field where it is, without copying it into a JSON value of its own (a ConfigMap of most of a
+/// megabyte would be copied on every reconcile); the paths are the same as for the whole object.
+pub fn apply_reason_with(
+    d: &Desired,
+    digest: &Digest,
+    live: Option<&DynamicObject>,
+) -> Option<String> {
+    let Some(live) = live else {
+        return Some("absent".into());
+    };
+    let Some(body) = d.body.as_object() else {
+        let live = serde_json::to_value(live).unwrap_or(Value::Null);
+        return mismatch(&with_hash(d), &live, "").map(|path| format!("{path} differs"));
+    };
+    body.iter()
+        .find_map(|(k, dv)| {
+            let path = format!("/{k}");
+            match k.as_str() {
+                "metadata" => {
+                    let mut meta = dv.clone();
+                    add_hash(&mut meta, digest.hash.clone());
+                    let lm = serde_json::to_value(&live.metadata).unwrap_or(Value::Null);
+                    mismatch(&meta, &lm, &path)
+                }
+                "apiVersion" | "kind" => {
+                    let lv = live.types.as_ref().map(|t| match k.as_str() {
+                        "kind" => t.kind.as_str(),
+                        _ => t.api_version.as_str(),
+                    });
+                    match lv {
+                        Some(lv) => mismatch(dv, &Value::String(lv.to_string()), &path),
+                        None if is_empty(dv) => None,
+                        None => Some(path),
+                    }
+                }
+                _ => match live.data.get(k) {
+                    Some(lv) => mismatch(dv, lv, &path),
+                    None if is_empty(dv) => None,
+                    None => Some(path),
+                },
+            }
+        })
+        .map(|path| format!("{path} differs"))
 }
 
 /// The error for an object that exists under a desired name but was not created by the operator.
@@ -298,5 +368,64 @@ mod tests {
             mismatch(&json!({"a": {"b": 1}}), &json!({"a": {"b": 2}}), ""),
             Some("/a/b".into())
         );
+    }
+
+    /// The field-by-field comparison says what comparing the whole live object as JSON says.
+    #[test]
+    fn the_apply_reason_is_that_of_the_whole_object() {
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "kyma-system", "labels": {"a": "b"}},
+            "data": {"k": "v"}});
+        let d = Desired {
+            kind: Kind::ConfigMap,
+            namespace: Some("kyma-system".into()),
+            name: "c".into(),
+            body: body.clone(),
+        };
+        let digest = Digest::of(&d);
+        assert_eq!(digest.len, body.to_string().len());
+        assert_eq!(digest.hash, crate::desired::hash_str(&body.to_string()));
+        let applied = with_hash(&d);
+        let whole = |live: &DynamicObject| {
+            let live = serde_json::to_value(live).expect("JSON");
+            mismatch(&applied, &live, "").map(|p| format!("{p} differs"))
+        };
+        let live = |v: Value| -> DynamicObject { serde_json::from_value(v).expect("object") };
+        let mut extra = applied.clone();
+        extra["metadata"]["resourceVersion"] = json!("7");
+        extra["metadata"]["annotations"]["x"] = json!("y");
+        let mut edited = applied.clone();
+        edited["data"]["k"] = json!("w");
+        let mut unhashed = applied.clone();
+        unhashed["metadata"]["annotations"] = json!({});
+        let mut relabelled = applied.clone();
+        relabelled["metadata"]["labels"]["a"] = json!("c");
+        let mut no_data = applied.clone();
+        no_data.as_object_mut().expect("object").remove("data");
+        let mut other_kind = applied.clone();
+        other_kind["kind"] = json!("Secret");
+        for (what, l, want) in [
+            ("as applied", applied.clone(), None),
+            ("server fields", extra, None),
+            ("data edited", edited, Some("/data/k differs")),
+            (
+                "hash removed",
+                unhashed,
+                Some("/metadata/annotations/connectivityproxy.sap.com/applied-hash differs"),
+            ),
+            (
+                "label edited",
+                relabelled,
+                Some("/metadata/labels/a differs"),
+            ),
+            ("data missing", no_data, Some("/data differs")),
+            ("another kind", other_kind, Some("/kind differs")),
+        ] {
+            let l = live(l);
+            let got = apply_reason_with(&d, &digest, Some(&l));
+            assert_eq!(got.as_deref(), want, "{what}");
+            assert_eq!(got, whole(&l), "{what}: as the whole object says");
+        }
+        assert_eq!(apply_reason(&d, None).as_deref(), Some("absent"));
     }
 }

@@ -426,6 +426,33 @@ fn crd_absent(crds: &Store<CustomResourceDefinition>, name: &str) -> bool {
         .is_some_and(|c| established(&c))
 }
 
+/// What the controller keeps of a CRD: its names and whether it is established ([`established`]).
+/// Every CRD of the cluster is cached, and their OpenAPI schemas are most of their size: Istio's
+/// alone are megabytes of JSON, several times that once parsed. Whether a CRD exists and is served
+/// is all the controller asks of them.
+pub fn slim_crd(crd: &mut CustomResourceDefinition) {
+    cp_api::slim_for_cache(&mut crd.metadata);
+    crd.metadata.labels = None;
+    crd.metadata.annotations = None;
+    crd.spec.conversion = None;
+    for v in &mut crd.spec.versions {
+        v.schema = None;
+        v.additional_printer_columns = None;
+        v.subresources = None;
+        v.selectable_fields = None;
+    }
+    if let Some(status) = crd.status.as_mut() {
+        status.stored_versions = None;
+        if let Some(conditions) = status.conditions.as_mut() {
+            conditions.retain(|c| c.type_ == "Established");
+            for c in conditions.iter_mut() {
+                c.message = None;
+                c.reason = None;
+            }
+        }
+    }
+}
+
 /// Whether a CRD is established (its API is served).
 pub fn established(crd: &CustomResourceDefinition) -> bool {
     crd.status
@@ -512,6 +539,37 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slimmed_crd_still_says_whether_it_is_established_and_keeps_no_schema() {
+        let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "gateways.networking.istio.io", "labels": {"a": "b"}},
+            "spec": {"group": "networking.istio.io", "scope": "Namespaced",
+                "names": {"plural": "gateways", "kind": "Gateway"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "description": "x".repeat(100_000)}}}]},
+            "status": {"storedVersions": ["v1"], "conditions": [
+                {"type": "NamesAccepted", "status": "True", "message": "no conflicts found"},
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted"}]}
+        }))
+        .expect("CRD");
+        assert!(established(&crd));
+        let mut slim = crd.clone();
+        slim_crd(&mut slim);
+        assert!(established(&slim));
+        assert_eq!(slim.metadata.name, crd.metadata.name);
+        assert_eq!(slim.spec.names.plural, "gateways");
+        let size = serde_json::to_string(&slim).expect("JSON").len();
+        assert!(size < 600, "{size} bytes left: {slim:?}");
+        let mut pending = crd;
+        if let Some(c) = pending.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            c[1].status = "False".into();
+        }
+        slim_crd(&mut pending);
+        assert!(!established(&pending));
+    }
 
     /// A list that completes wakes every CR: an object deleted before the watch (re)listed sends no
     /// event of its own (the drift test once waited 20 s for a PeerAuthentication for this reason).

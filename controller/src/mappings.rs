@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cp_api::mapping::{MappingKey, mapping_key};
+use cp_api::mapping::{MappingKeyRef, mapping_key_ref};
 use cp_api::{ServiceMapping, names};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -48,55 +48,92 @@ impl Conflict {
     }
 }
 
-/// Age order: creationTimestamp (a mapping without one last), then name, then uid.
-fn age(m: &ServiceMapping) -> (bool, Option<k8s_openapi::jiff::Timestamp>, String, String) {
+/// Age order: creationTimestamp (a mapping without one last), then name, then uid. Borrowed: a
+/// reconcile compares thousands of these.
+fn age(m: &ServiceMapping) -> (bool, Option<k8s_openapi::jiff::Timestamp>, &str, &str) {
     let created = m.metadata.creation_timestamp.as_ref().map(|t| t.0);
     (
         created.is_none(),
         created,
-        m.name_any(),
-        m.metadata.uid.clone().unwrap_or_default(),
+        name(m),
+        m.metadata.uid.as_deref().unwrap_or_default(),
     )
 }
 
+fn name(m: &ServiceMapping) -> &str {
+    m.metadata
+        .name
+        .as_deref()
+        .or(m.metadata.generate_name.as_deref())
+        .unwrap_or_default()
+}
+
 /// Splits `mappings` into those published (the oldest of each [`MappingKey`], in input order) and
-/// the conflicts of the others (sorted by the losing mapping's name). Pure.
+/// the conflicts of the others (sorted by the losing mapping's name). Pure, and linear in the
+/// number of mappings: one pass finds the oldest of each key, nothing is sorted but the conflicts.
+///
+/// [`MappingKey`]: cp_api::mapping::MappingKey
 pub fn unique(mappings: &[Arc<ServiceMapping>]) -> (Vec<Arc<ServiceMapping>>, Vec<Conflict>) {
-    let mut by_age: Vec<(usize, &Arc<ServiceMapping>)> = mappings.iter().enumerate().collect();
-    by_age.sort_by_cached_key(|(_, m)| age(m));
-    let mut winners: HashMap<MappingKey, &Arc<ServiceMapping>> = HashMap::new();
-    let mut published = vec![false; mappings.len()];
-    let mut conflicts = Vec::new();
-    for (i, m) in by_age {
-        match winners.entry(mapping_key(&m.spec)) {
+    let keys: Vec<MappingKeyRef> = mappings.iter().map(|m| mapping_key_ref(&m.spec)).collect();
+    let mut oldest: HashMap<&MappingKeyRef, usize> = HashMap::with_capacity(keys.len());
+    for (i, key) in keys.iter().enumerate() {
+        match oldest.entry(key) {
             std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(m);
-                published[i] = true;
+                e.insert(i);
             }
-            std::collections::hash_map::Entry::Occupied(e) => conflicts.push(Conflict {
-                loser: m.clone(),
-                winner: (*e.get()).clone(),
-            }),
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                if age(&mappings[i]) < age(&mappings[*e.get()]) {
+                    e.insert(i);
+                }
+            }
         }
     }
-    conflicts.sort_by_key(|c| c.loser.name_any());
-    let published = mappings
-        .iter()
-        .zip(published)
-        .filter(|(_, p)| *p)
-        .map(|(m, _)| m.clone())
-        .collect();
+    if oldest.len() == mappings.len() {
+        return (mappings.to_vec(), Vec::new());
+    }
+    let mut published = Vec::with_capacity(oldest.len());
+    let mut conflicts = Vec::new();
+    for (i, (m, key)) in mappings.iter().zip(&keys).enumerate() {
+        match oldest.get(key) {
+            Some(&w) if w != i => conflicts.push(Conflict {
+                loser: m.clone(),
+                winner: mappings[w].clone(),
+            }),
+            _ => published.push(m.clone()),
+        }
+    }
+    conflicts.sort_by(|a, b| name(&a.loser).cmp(name(&b.loser)));
     (published, conflicts)
 }
 
 /// Where on-premise systems reach a mapping: `<protocol>://<tunnel host>:<port>/<serviceId>`.
 pub fn endpoint(m: &ServiceMapping, resolved: &Resolved, port: i32) -> String {
+    endpoint_on(m, &resolved.external_host, port)
+}
+
+fn endpoint_on(m: &ServiceMapping, host: &str, port: i32) -> String {
     format!(
-        "{}://{}:{port}/{}",
+        "{}://{host}:{port}/{}",
         m.spec.kind.as_str().to_lowercase(),
-        resolved.external_host,
         m.spec.service_id
     )
+}
+
+/// Whether `have` is the [`endpoint`] of `m` on `host` and `port`.
+fn is_endpoint(have: &str, m: &ServiceMapping, host: &str, port: &str) -> bool {
+    let kind = m.spec.kind.as_str();
+    let protocol_matches = have
+        .get(..kind.len())
+        .is_some_and(|p| p.chars().eq(kind.chars().flat_map(char::to_lowercase)));
+    protocol_matches
+        && have
+            .get(kind.len()..)
+            .and_then(|r| r.strip_prefix("://"))
+            .and_then(|r| r.strip_prefix(host))
+            .and_then(|r| r.strip_prefix(':'))
+            .and_then(|r| r.strip_prefix(port))
+            .and_then(|r| r.strip_prefix('/'))
+            == Some(m.spec.service_id.as_str())
 }
 
 /// How many mapping writes run at once: adoption of thousands of mappings is bound by round trips.
@@ -119,11 +156,16 @@ pub async fn reconcile_mappings(
     // lifetimes too general for the controller's `Send` bound.
     // Only the mappings that need a write are handed to the stream: in a steady state with 10,000
     // mappings none does, and a future per mapping cost more than the comparison.
+    // The endpoints are compared piece by piece: formatting 10,000 of them per reconcile to find
+    // that none changed cost more than the rest of the comparison.
     let mut all: Vec<(Arc<ServiceMapping>, Option<String>)> = Vec::new();
+    let port_text = port.to_string();
     for m in published {
-        let want = endpoint(m, resolved, port);
-        if !up_to_date(m, Some(&want)) {
-            all.push((m.clone(), Some(want)));
+        let current = m.status.as_ref().and_then(|s| s.endpoint.as_deref());
+        let advertised =
+            current.is_some_and(|have| is_endpoint(have, m, &resolved.external_host, &port_text));
+        if !(advertised && taken_over(m)) {
+            all.push((m.clone(), Some(endpoint(m, resolved, port))));
         }
     }
     all.extend(
@@ -216,6 +258,32 @@ mod tests {
             }))
             .expect("mapping"),
         )
+    }
+
+    #[test]
+    fn an_endpoint_is_recognised_without_formatting_it() {
+        let mapping = m("a", None, "1", "erp.corp:443");
+        let good = &endpoint_on(&mapping, "cp.example.com", 443);
+        assert_eq!(good, "tcp://cp.example.com:443/erp.corp:443");
+        assert!(is_endpoint(good, &mapping, "cp.example.com", "443"));
+        for bad in [
+            "",
+            "tcp",
+            "TCP://cp.example.com:443/erp.corp:443",
+            "http://cp.example.com:443/erp.corp:443",
+            "tcp://cp.example.com:4430/erp.corp:443",
+            "tcp://cp.example.com:443/erp.corp:4430",
+            "tcp://cp.example.org:443/erp.corp:443",
+            "tcp://cp.example.com:443/",
+            "tcp:/cp.example.com:443/erp.corp:443",
+            "tcpé://cp.example.com:443/erp.corp:443",
+        ] {
+            assert!(
+                !is_endpoint(bad, &mapping, "cp.example.com", "443"),
+                "{bad:?}"
+            );
+        }
+        assert!(!is_endpoint(good, &mapping, "cp.example.com", "444"));
     }
 
     fn names_of(ms: &[Arc<ServiceMapping>]) -> Vec<String> {

@@ -112,10 +112,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics.leader.set(1);
     }
 
-    let (crds, crd_stream) =
-        reflected::<CustomResourceDefinition>(Api::all(client.clone()), watcher::Config::default());
+    let (crds, crd_stream) = reflected::<CustomResourceDefinition>(
+        Api::all(client.clone()),
+        watcher::Config::default(),
+        crate::cache::slim_crd,
+    );
     let (mappings, mapping_stream) =
-        reflected::<ServiceMapping>(Api::all(client.clone()), watcher::Config::default());
+        reflected::<ServiceMapping>(Api::all(client.clone()), watcher::Config::default(), |m| {
+            cp_api::slim_for_cache(&mut m.metadata)
+        });
     let controller = Controller::new(
         Api::<ConnectivityProxy>::all(client.clone()),
         watcher::Config::default(),
@@ -269,9 +274,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A reflector store of `K` and its stream of touched objects; `slim` drops what the controller never
+/// reads from each object before it is stored.
 fn reflected<K>(
     api: Api<K>,
     cfg: watcher::Config,
+    slim: fn(&mut K),
 ) -> (
     Store<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
@@ -286,12 +294,9 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store::<K>();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, cfg).modify(|o| cp_api::slim_for_cache(o.meta_mut())),
-    )
-    .default_backoff()
-    .touched_objects();
+    let stream = reflector::reflector(writer, watcher(api, cfg).modify(slim))
+        .default_backoff()
+        .touched_objects();
     (store, stream)
 }
 

@@ -28,12 +28,51 @@ pub use workload::{APP, effective_deployment};
 
 /// FNV-1a, 64 bit, hex: a stable hash across processes and releases (unlike `DefaultHasher`).
 pub fn hash_str(s: &str) -> String {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in s.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x100000001b3);
+    let mut h = Fnv::default();
+    h.add(s.as_bytes());
+    h.hex()
+}
+
+/// [`hash_str`] computed as the text is written, and the text's length.
+pub struct Fnv {
+    state: u64,
+    /// Bytes hashed so far.
+    pub len: usize,
+}
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self {
+            state: 0xcbf29ce484222325,
+            len: 0,
+        }
     }
-    format!("{h:016x}")
+}
+
+impl Fnv {
+    fn add(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.state ^= u64::from(*b);
+            self.state = self.state.wrapping_mul(0x100000001b3);
+        }
+        self.len += bytes.len();
+    }
+
+    /// The hash so far, as 16 hex digits.
+    pub fn hex(&self) -> String {
+        format!("{:016x}", self.state)
+    }
+}
+
+impl std::io::Write for Fnv {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.add(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The namespaces where the CR's objects may live: its own, the default Istio namespace and the one

@@ -331,7 +331,9 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
     let (ca_object, ca_problem, keep_ca) = connectivity_ca_object(cr, &resolved, facts);
     objects.extend(ca_object);
     let passed = vec![deps, config];
-    let mappings_size = mappings_size(&objects);
+    // Each body is serialised once here, for its hash and its size (the mappings ConfigMap's).
+    let digests: Vec<crate::apply::Digest> = objects.iter().map(crate::apply::Digest::of).collect();
+    let mappings_size = mappings_size(&objects, &digests);
     let report = Report {
         passed: &passed,
         resolved: &resolved,
@@ -345,7 +347,13 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         renew_at: tunnel.renew_at,
         resync,
     };
-    let (writes, prune) = changes(&objects, facts, report.mappings_too_large(), keep_ca);
+    let (writes, prune) = changes(
+        &objects,
+        &digests,
+        facts,
+        report.mappings_too_large(),
+        keep_ca,
+    );
     let report = Report {
         statefulset_written: writes.iter().any(|w| w.desired.kind == Kind::StatefulSet),
         ..report
@@ -368,13 +376,14 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
 /// The objects that differ from their cached state, and the owned objects no longer desired.
 fn changes(
     objects: &[Desired],
+    digests: &[crate::apply::Digest],
     facts: &Facts,
     skip_mappings: bool,
     keep: Option<Key>,
 ) -> (Vec<Write>, Vec<Key>) {
     let mut desired_keys: BTreeSet<Key> = keep.into_iter().collect();
     let mut writes = Vec::new();
-    for d in objects {
+    for (d, digest) in objects.iter().zip(digests) {
         let key = (d.kind, d.namespace.clone(), d.name.clone());
         let live = facts.owned.get(&key);
         desired_keys.insert(key);
@@ -384,7 +393,7 @@ fn changes(
         if too_large {
             continue;
         }
-        if let Some(why) = crate::apply::apply_reason(d, live) {
+        if let Some(why) = crate::apply::apply_reason_with(d, digest, live) {
             writes.push(Write {
                 desired: d.clone(),
                 why,
@@ -403,11 +412,12 @@ fn changes(
 }
 
 /// Size of the aggregated mappings ConfigMap as applied.
-fn mappings_size(objects: &[Desired]) -> usize {
+fn mappings_size(objects: &[Desired], digests: &[crate::apply::Digest]) -> usize {
     objects
         .iter()
-        .find(|d| d.kind == Kind::ConfigMap && d.name == names::CONFIGMAP_SERVICE_MAPPINGS)
-        .map(|d| d.body.to_string().len())
+        .zip(digests)
+        .find(|(d, _)| d.kind == Kind::ConfigMap && d.name == names::CONFIGMAP_SERVICE_MAPPINGS)
+        .map(|(_, digest)| digest.len)
         .unwrap_or(0)
 }
 
