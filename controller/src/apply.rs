@@ -12,9 +12,14 @@ use crate::desired::{Desired, Kind};
 /// The object as applied: the desired body with the hash of that body in an annotation, so that a
 /// field dropped from the desired state (which a subset comparison cannot see) still triggers an apply.
 pub fn with_hash(d: &Desired) -> Value {
+    with_digest(d, &Digest::of(d))
+}
+
+/// [`with_hash`] with the body's digest already computed.
+fn with_digest(d: &Desired, digest: &Digest) -> Value {
     let mut body = d.body.clone();
     if let Some(meta) = body.get_mut("metadata") {
-        add_hash(meta, Digest::of(d).hash);
+        add_hash(meta, digest.hash.clone());
     }
     body
 }
@@ -291,17 +296,28 @@ impl Applier {
     /// API is asked first: an object of that name that the operator did not create is never written
     /// ([`Error::NotOurs`]), and one that already matches is left alone.
     pub async fn apply(&self, d: &Desired, confirm_absent: bool) -> Result<bool, Error> {
+        self.apply_with(d, &Digest::of(d), confirm_absent).await
+    }
+
+    /// [`Applier::apply`] with the body's digest the plan computed (the mappings ConfigMap is not
+    /// serialised again for its hash).
+    pub async fn apply_with(
+        &self,
+        d: &Desired,
+        digest: &Digest,
+        confirm_absent: bool,
+    ) -> Result<bool, Error> {
         if confirm_absent
             && let Some(l) = read(&self.client, d.kind, d.namespace.as_deref(), &d.name).await?
         {
             if !crate::desired::is_managed(l.labels()) {
                 return Err(not_ours(d));
             }
-            if apply_reason(d, Some(&l)).is_none() {
+            if apply_reason_with(d, digest, Some(&l)).is_none() {
                 return Ok(false);
             }
         }
-        let body = with_hash(d);
+        let body = with_digest(d, digest);
         let what = format!("applying {} {}", d.kind.api_resource().kind, d.name);
         api(&self.client, d.kind, d.namespace.as_deref())
             .patch(

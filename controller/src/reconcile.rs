@@ -308,7 +308,11 @@ async fn write_one(ctx: &Ctx, w: &crate::plan::Write) -> Result<(), Error> {
     let d = &w.desired;
     let kind = d.kind.api_resource().kind;
     let ns = d.namespace.as_deref().unwrap_or("");
-    if ctx.applier.apply(d, w.confirm_absent).await? {
+    if ctx
+        .applier
+        .apply_with(d, &w.digest, w.confirm_absent)
+        .await?
+    {
         let key = (d.kind, d.namespace.clone(), d.name.clone());
         ctx.cache.wrote(key, w.cached_version.clone());
         ctx.metrics.applies.with_label_values(&[&kind]).inc();

@@ -71,6 +71,8 @@ pub enum CrPatch {
 pub struct Write {
     /// The object.
     pub desired: Desired,
+    /// Its body's length and hash, computed once by the plan.
+    pub digest: crate::apply::Digest,
     /// Why (`absent`, `/spec/... differs`).
     pub why: String,
     /// Not in the caches: the API is asked first (an object of that name may not be ours).
@@ -396,6 +398,7 @@ fn changes(
         if let Some(why) = crate::apply::apply_reason_with(d, digest, live) {
             writes.push(Write {
                 desired: d.clone(),
+                digest: digest.clone(),
                 why,
                 confirm_absent: live.is_none(),
                 cached_version: live.and_then(|l| l.metadata.resource_version.clone()),
