@@ -161,7 +161,7 @@ pub fn service_key(
     }
     // A Secret the user manages: read for the key and the subaccount values, never written.
     Ok(
-        match from_user_secret(&ns, &secret_name, &key_name, secret) {
+        match from_user_secret(cr, &ns, &secret_name, &key_name, secret) {
             Ok(key) => Outcome {
                 key: Some(key),
                 ..Outcome::default()
@@ -177,6 +177,7 @@ pub fn service_key(
 /// The key in the user's Secret `ns/name`, under `key_name` (the configured credentials key) or
 /// `service_key`; the error names the Secret, the key and the fix.
 fn from_user_secret(
+    cr: &ConnectivityProxy,
     ns: &str,
     name: &str,
     key_name: &str,
@@ -188,11 +189,15 @@ fn from_user_secret(
     } else {
         format!("{key_name} (or {std})")
     };
-    let Some(secret) = secret else {
+    let Some(secret) = secret.filter(|s| usable_by_proxy(s, cr)) else {
+        // Absent, not opted in, or another module's: one message, so the status tells a CR editor
+        // who may not read Secrets neither whether the Secret exists nor what it holds.
         return Err(format!(
             "Secret {ns}/{name}, named in spec.secretConfig.integration.connectivityService.secretName, \
-             does not exist; create it with the Connectivity service key under key {keys}, or set \
-             secretName to auto-provision"
+             is not usable by the proxy: it must exist, belong to no other Kyma module, carry the label \
+             {label}=true (its owner's consent: kubectl label secret {name} -n {ns} {label}=true) and \
+             hold the Connectivity service key under key {keys}; or set secretName to auto-provision",
+            label = cp_api::keys::USABLE_BY_PROXY_LABEL
         ));
     };
     let data = secret.data.as_ref();
@@ -212,6 +217,21 @@ fn from_user_secret(
             &problem,
         )
     })
+}
+
+/// Whether the proxy may mount the user's Secret: its owner opted in with
+/// [`cp_api::keys::USABLE_BY_PROXY_LABEL`] (or it is the legacy installation's own service key, which
+/// the takeover that the CR records kept), and it belongs to no other Kyma module.
+pub fn usable_by_proxy(secret: &Secret, cr: &ConnectivityProxy) -> bool {
+    let labels = secret.labels();
+    let label = |k: &str| labels.get(k).map(String::as_str);
+    let other_module = label(names::LABEL_MODULE).is_some_and(|m| m != names::MODULE_VALUE);
+    let opted_in = label(cp_api::keys::USABLE_BY_PROXY_LABEL) == Some("true");
+    let legacy_key = secret.name_any() == names::SECRET_SERVICE_KEY
+        && cr
+            .annotations()
+            .contains_key(cp_api::keys::TAKEOVER_ID_ANNOTATION);
+    !other_module && (opted_in || legacy_key)
 }
 
 fn from_binding(

@@ -88,6 +88,13 @@ pub const LEGACY_SKIP_RENDERING_ANNOTATION: &str =
 pub const DISABLE_NETWORK_POLICIES_ANNOTATION: &str =
     "connectivityproxy.sap.com/disable-network-policies";
 
+/// On a Secret a user names for the proxy to mount (the service key's `secretName`), `"true"` says
+/// its owner lets the proxy use it: without it the controller neither mounts it nor says more about
+/// it than that it is not usable (a CR editor who may not read Secrets learns nothing from the
+/// status). Set by whoever may write the Secret:
+/// `kubectl label secret NAME -n kyma-system connectivityproxy.sap.com/usable-by-proxy=true`.
+pub const USABLE_BY_PROXY_LABEL: &str = "connectivityproxy.sap.com/usable-by-proxy";
+
 /// Every operator-owned key above (the legacy reconciler's are not the operator's).
 pub const OPERATOR_KEYS: [&str; 16] = [
     LABEL_OWNER_NAME,

@@ -22,6 +22,7 @@ pub mod status;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod validation;
+pub mod writes;
 pub mod yaml11;
 pub mod yaml11_types;
 

@@ -48,6 +48,8 @@ pub const SERVICE: &str = "connectivity-proxy";
 pub const SERVICE_TUNNEL: &str = "connectivity-proxy-tunnel";
 pub const SERVICE_TUNNEL_HEALTHCHECK: &str = "connectivity-proxy-tunnel-healthcheck";
 pub const PRIORITY_CLASS: &str = "connectivity-proxy-priority-class";
+/// The proxy's scheduling priority (the admission policy refuses a higher one from the controller).
+pub const PRIORITY_CLASS_VALUE: i32 = 2_000_000;
 
 // Configuration.
 pub const CONFIGMAP_CONFIG: &str = "connectivity-proxy";
@@ -111,6 +113,9 @@ pub const WEBHOOK_CERT_SECRET: &str = "connectivity-proxy-webhook-cert";
 pub const WEBHOOK_CA_SECRET: &str = "connectivity-proxy-webhook-ca";
 pub const CONTROLLER_SERVICE_ACCOUNT: &str = "connectivity-proxy-controller";
 pub const WEBHOOK_SERVICE_ACCOUNT: &str = "connectivity-proxy-webhook";
+
+/// Secret (kyma-system) with the key of the operator's ownership proofs; only the controller reads it.
+pub const OWNERSHIP_KEY_SECRET: &str = "connectivity-proxy-operator-ownership-key";
 
 /// Secret (in the CR's namespace) with the operator's own CA for the business tunnel.
 pub const TUNNEL_CA_SECRET: &str = "connectivity-proxy-tunnel-ca";

@@ -46,8 +46,7 @@ impl ControllerProcess {
         for ns in ["kyma-system", "istio-system"] {
             ensure_namespace(&admin, ns).await?;
         }
-        let rbac = crate::workspace_root().join("manifests/rbac/controller.yaml");
-        crate::manifest::apply_file(&admin, &rbac, None).await?;
+        crate::manifest::apply_controller_rbac(&admin).await?;
         let identity = Identity::ServiceAccount {
             namespace: "kyma-system".into(),
             name: "connectivity-proxy-controller".into(),

@@ -77,6 +77,20 @@ pub async fn apply_object(
     .with_context(|| format!("applying {} {name}", types.kind))
 }
 
+/// The controller's RBAC and the admission policies bound to its ServiceAccount, as shipped
+/// (`rbac/controller.yaml` and the generated `rbac/controller-writes.yaml`).
+pub async fn apply_controller_rbac(client: &Client) -> anyhow::Result<()> {
+    for rel in ["rbac/controller.yaml", cp_api::bundle::CONTROLLER_WRITES] {
+        apply_file(
+            client,
+            &crate::workspace_root().join("manifests").join(rel),
+            None,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// Applies a YAML file and waits until every CRD in it is Established.
 pub async fn apply_file(
     client: &Client,

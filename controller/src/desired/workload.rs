@@ -38,7 +38,7 @@ pub fn effective_deployment(cr: &ConnectivityProxy) -> Deployment {
 
 pub(super) fn priority_class(cr: &ConnectivityProxy) -> Desired {
     let pc = PriorityClass {
-        value: Some(2_000_000),
+        value: Some(names::PRIORITY_CLASS_VALUE),
         global_default: Some(false),
         preemption_policy: Some("PreemptLowerPriority".into()),
         description: Some(

@@ -765,7 +765,8 @@ fn mk_user_key_cr() -> ConnectivityProxy {
 
 fn mk_user_secret(data: serde_json::Value) -> Secret {
     serde_json::from_value(
-        json!({"metadata": {"name": "users-key", "namespace": "kyma-system"},
+        json!({"metadata": {"name": "users-key", "namespace": "kyma-system",
+            "labels": {cp_api::keys::USABLE_BY_PROXY_LABEL: "true"}},
         "data": data}),
     )
     .expect("secret")
@@ -783,7 +784,7 @@ fn an_unusable_service_key_is_a_warning_that_names_the_secret_and_the_key() {
             None,
             &[
                 "Secret kyma-system/users-key",
-                "does not exist",
+                "is not usable by the proxy",
                 "service_key",
             ],
         ),

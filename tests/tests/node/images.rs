@@ -175,14 +175,16 @@ async fn images_run_the_module_against_the_api_server() {
     )
     .await
     .expect("shoot-info");
-    for rbac in [
-        "manifests/rbac/controller.yaml",
-        "manifests/rbac/webhook.yaml",
-    ] {
-        manifest::apply_file(&admin, &cp_tests::workspace_root().join(rbac), None)
-            .await
-            .expect("RBAC");
-    }
+    manifest::apply_controller_rbac(&admin)
+        .await
+        .expect("controller RBAC");
+    manifest::apply_file(
+        &admin,
+        &cp_tests::workspace_root().join("manifests/rbac/webhook.yaml"),
+        None,
+    )
+    .await
+    .expect("webhook RBAC");
     let sa = |name: &str| Identity::ServiceAccount {
         namespace: names::KYMA_SYSTEM.into(),
         name: name.into(),

@@ -270,8 +270,25 @@ async fn a_user_secret_without_a_usable_service_key_is_not_ready() {
     let _ = secrets.delete("users-key", &DeleteParams::default()).await;
     // A Secret that does not exist (yet).
     use_secret(admin, "users-key").await;
-    wait_key_warning(admin, &["kyma-system/users-key", "does not exist"]).await;
-    // The Secret exists but has no service_key.
+    let not_usable = [
+        "kyma-system/users-key",
+        "is not usable by the proxy",
+        cp_api::keys::USABLE_BY_PROXY_LABEL,
+    ];
+    wait_key_warning(admin, &not_usable).await;
+    let description = || async {
+        Api::<ConnectivityProxy>::namespaced(admin.clone(), NS)
+            .get("connectivity-proxy")
+            .await
+            .expect("cr")
+            .status
+            .and_then(|s| s.description)
+            .unwrap_or_default()
+    };
+    let absent = description().await;
+    // The Secret exists but its owner has not let the proxy use it: the status says exactly what it
+    // said while it was absent (a CR editor learns neither its existence nor its keys), and the proxy
+    // does not mount it.
     let secret: Secret = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "users-key"},
         "stringData": {"credentials": "{\"clientid\": \"x\"}"}}))
@@ -280,6 +297,56 @@ async fn a_user_secret_without_a_usable_service_key_is_not_ready() {
         .create(&PostParams::default(), &secret)
         .await
         .expect("create");
+    // Another Kyma module's Secret is never usable, opted in or not.
+    let label = |labels: Value| {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .patch(
+                    "users-key",
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"metadata": {"labels": labels}})),
+                )
+                .await
+                .expect("label users-key");
+        }
+    };
+    let reconciles = || {
+        env.controller
+            .metric("cp_controller_reconcile_total{result=\"success\"}")
+    };
+    let before = reconciles().await;
+    label(json!({cp_api::keys::USABLE_BY_PROXY_LABEL: "true", "kyma-project.io/module": "btp-operator"}))
+        .await;
+    // Two reconciles after the label's write (the Secret's watch wakes one, the resync another) have
+    // seen it.
+    cp_tests::wait::until(
+        "two reconciles after the label",
+        Duration::from_secs(20),
+        || async {
+            let now = reconciles().await;
+            if now >= before + 2.0 {
+                Ok(Some(()))
+            } else {
+                Err(format!("{now} reconciles"))
+            }
+        },
+    )
+    .await
+    .expect("reconciled");
+    let sts_api: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(admin.clone(), NS);
+    assert_eq!(
+        description().await,
+        absent,
+        "the same words for a Secret that exists"
+    );
+    let mounts = serde_json::to_string(&sts_api.get("connectivity-proxy").await.expect("sts").spec)
+        .expect("json");
+    assert!(
+        !mounts.contains("users-key"),
+        "an unusable Secret is never mounted"
+    );
+    label(json!({"kyma-project.io/module": null})).await;
     wait_key_warning(admin, &["kyma-system/users-key", "service_key", "no key"]).await;
     // A service_key that is not a service key's JSON.
     secrets

@@ -5,5 +5,6 @@
 mod btp_mappings;
 mod honest_state;
 mod install;
+mod side_doors;
 mod stolen_token;
 mod takeover_marks;

@@ -220,13 +220,9 @@ async fn a_stolen_controller_token_can_change_only_the_ca_bundle_of_the_webhook_
             .await
             .expect("namespace");
     }
-    cp_tests::manifest::apply_file(
-        &admin,
-        &cp_tests::workspace_root().join("manifests/rbac/controller.yaml"),
-        None,
-    )
-    .await
-    .expect("controller RBAC");
+    cp_tests::manifest::apply_controller_rbac(&admin)
+        .await
+        .expect("controller RBAC");
     let token: Api<ValidatingWebhookConfiguration> = Api::all(operator_client().await);
     let name = names::VALIDATING_WEBHOOK_CONFIG;
     let attempts: Vec<(&str, Value)> = vec![
