@@ -6,7 +6,9 @@
 //!   wakes the CR named in the object's owner labels, so drift anywhere is repaired within seconds.
 //! - **Foreign Secrets** the controller reads but does not own (the BTP operator's binding Secret, a
 //!   user's service-key Secret, a tunnel Secret issued by Gardener or cert-manager): a watch on exactly
-//!   that name, started on first use; it wakes the CR that asked.
+//!   that name, started on first use; it wakes the CR that asked. A watch the last full reconcile did
+//!   not read through is closed ([`Cache::release_unread`]), and never more than
+//!   [`MAX_FOREIGN_WATCHES`] are open: a CR editor who cycles through names leaves no connection behind.
 //! - Anything else, or anything a cache does not hold yet, is read from the API ([`Cache::live`]): a
 //!   name absent from the managed cache may still be taken by an object that is not ours, or the cache
 //!   may not have listed yet, so absence is always confirmed.
@@ -32,6 +34,24 @@ pub type Trigger = futures::channel::mpsc::Sender<ObjectRef<ConnectivityProxy>>;
 /// The namespaces whose managed objects are cached (where the controller's RoleBindings are).
 pub const CACHED_NAMESPACES: [&str; 2] = [names::KYMA_SYSTEM, names::ISTIO_NAMESPACE];
 
+/// The most foreign Secrets watched at once. A reconcile reads at most four (the service key, the
+/// tunnel's TLS Secret and CA, the cacert companion); beyond this bound a Secret is read from the API.
+pub const MAX_FOREIGN_WATCHES: usize = names::MAX_FOREIGN_SECRET_WATCHES;
+
+/// A watch on one foreign Secret: its store, its task (aborted when the entry is dropped, which
+/// closes the watch's connection) and whether the current reconcile read through it.
+struct Foreign {
+    store: Store<Secret>,
+    task: tokio::task::JoinHandle<()>,
+    read: bool,
+}
+
+impl Drop for Foreign {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// Identity of one object: kind, namespace (`None` for cluster scope), name.
 pub type Key = (Kind, Option<String>, String);
 
@@ -40,7 +60,7 @@ pub struct Cache {
     client: Client,
     crds: Store<CustomResourceDefinition>,
     managed: HashMap<(Kind, Option<String>), Store<DynamicObject>>,
-    foreign: Mutex<HashMap<(String, String), Store<Secret>>>,
+    foreign: Mutex<HashMap<(String, String), Foreign>>,
     trigger: Trigger,
     /// The operator's own writes the caches have not seen yet: key → the resourceVersion the cache
     /// held when it wrote (`None`: absent). Until the cache moves past it, the object is read from the
@@ -198,8 +218,9 @@ impl Cache {
         {
             return Ok(Some(typed(&o)?));
         }
-        let store = self.foreign_store(namespace, name, for_cr);
-        if store.wait_until_ready().now_or_never().is_some() {
+        if let Some(store) = self.foreign_store(namespace, name, for_cr)
+            && store.wait_until_ready().now_or_never().is_some()
+        {
             let cached = store.get(&ObjectRef::new(name).within(namespace));
             let id = (Kind::Secret, Some(namespace.to_string()), name.to_string());
             let rv = cached
@@ -223,19 +244,28 @@ impl Cache {
             })
     }
 
+    /// The watch on a foreign Secret, opened on first use and marked as read; `None` (read the API)
+    /// when [`MAX_FOREIGN_WATCHES`] are open already.
     fn foreign_store(
         &self,
         namespace: &str,
         name: &str,
         for_cr: &ConnectivityProxy,
-    ) -> Store<Secret> {
-        let Ok(mut foreign) = self.foreign.lock() else {
-            // A poisoned lock only loses the cache: an empty store is never ready, so the API is read.
-            return reflector::store::<Secret>().0;
-        };
+    ) -> Option<Store<Secret>> {
+        // A poisoned lock only loses the cache: the API is read.
+        let mut foreign = self.foreign.lock().ok()?;
         let entry = (namespace.to_string(), name.to_string());
-        if let Some(s) = foreign.get(&entry) {
-            return s.clone();
+        if let Some(f) = foreign.get_mut(&entry) {
+            f.read = true;
+            return Some(f.store.clone());
+        }
+        if foreign.len() >= MAX_FOREIGN_WATCHES {
+            tracing::debug!(
+                namespace,
+                name,
+                "reading a Secret from the API: the foreign watches are at their bound"
+            );
+            return None;
         }
         let (store, writer) = reflector::store::<Secret>();
         let api = Api::<Secret>::namespaced(self.client.clone(), namespace);
@@ -244,7 +274,7 @@ impl Cache {
             .default_backoff()
             .touched_objects();
         let cr = ObjectRef::from_obj(for_cr);
-        tokio::spawn(forward(
+        let task = tokio::spawn(forward(
             events,
             self.trigger.clone(),
             "secrets".into(),
@@ -255,8 +285,38 @@ impl Cache {
             name,
             "watching a Secret the operator reads but does not manage"
         );
-        foreign.insert(entry, store.clone());
-        store
+        foreign.insert(
+            entry,
+            Foreign {
+                store: store.clone(),
+                task,
+                read: true,
+            },
+        );
+        Some(store)
+    }
+
+    /// Closes the watch of every foreign Secret the reconcile that just gathered its facts did not
+    /// read (only the module's CR reads them: a name no CR names any more is released at its next
+    /// reconcile) and starts the next round; returns how many stay open.
+    pub fn release_unread(&self) -> usize {
+        let Ok(mut foreign) = self.foreign.lock() else {
+            return 0;
+        };
+        foreign.retain(|(namespace, name), f| {
+            if !f.read {
+                tracing::info!(
+                    namespace,
+                    name,
+                    "no longer watching a Secret no ConnectivityProxy names"
+                );
+            }
+            f.read
+        });
+        for f in foreign.values_mut() {
+            f.read = false;
+        }
+        foreign.len()
     }
 
     /// Every managed object of `kinds` that belongs to the CR `owner` (`namespace/name`), in

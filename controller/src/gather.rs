@@ -250,6 +250,11 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
     {
         facts.pod_problem = proxy_pod_problem(ctx, cr, &ns).await;
     }
+    // Every foreign Secret this CR names has been read: the watches on names it no longer names close.
+    let watches = ctx.cache.release_unread();
+    ctx.metrics
+        .foreign_secret_watches
+        .set(i64::try_from(watches).unwrap_or(i64::MAX));
     Ok(facts)
 }
 

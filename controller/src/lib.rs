@@ -18,6 +18,7 @@ pub mod mappings;
 pub mod metrics;
 pub mod migration;
 pub mod module_owner;
+pub mod outside;
 pub mod plan;
 pub mod pods;
 pub mod reconcile;

@@ -29,6 +29,9 @@ pub struct Metrics {
     pub applies: IntCounterVec,
     /// `cp_controller_service_mappings`: ServiceMappings in the cluster.
     pub service_mappings: IntGauge,
+    /// `cp_controller_foreign_secret_watches`: watches open on Secrets the operator reads but does not
+    /// manage (bounded by `cache::MAX_FOREIGN_WATCHES`).
+    pub foreign_secret_watches: IntGauge,
     /// `cp_certificate_expiry_timestamp_seconds{certificate}`.
     pub cert_expiry: IntGaugeVec,
     /// `cp_certificate_rotations_total{certificate}`.
@@ -170,6 +173,10 @@ impl Metrics {
             "cp_controller_service_mappings",
             "ServiceMappings in the cluster.",
         )?;
+        let foreign_secret_watches = IntGauge::new(
+            "cp_controller_foreign_secret_watches",
+            "Watches open on Secrets the operator reads but does not manage (a user's service key, a tunnel Secret issued by Gardener or cert-manager).",
+        )?;
         let cert_expiry = IntGaugeVec::new(
             Opts::new(
                 "cp_certificate_expiry_timestamp_seconds",
@@ -220,6 +227,7 @@ impl Metrics {
             Box::new(state.clone()),
             Box::new(applies.clone()),
             Box::new(service_mappings.clone()),
+            Box::new(foreign_secret_watches.clone()),
             Box::new(cert_expiry.clone()),
             Box::new(cert_rotations.clone()),
             Box::new(cert_failures.clone()),
@@ -250,6 +258,7 @@ impl Metrics {
             state,
             applies,
             service_mappings,
+            foreign_secret_watches,
             cert_expiry,
             cert_rotations,
             cert_failures,

@@ -121,8 +121,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         reflected::<ServiceMapping>(Api::all(client.clone()), watcher::Config::default(), |m| {
             cp_api::slim_for_cache(&mut m.metadata)
         });
+    // Only the module's namespace is reconciled and cached in full: a CR elsewhere (any namespace's
+    // editor may create one) is seen through its metadata alone (`crate::outside`).
     let controller = Controller::new(
-        Api::<ConnectivityProxy>::all(client.clone()),
+        Api::<ConnectivityProxy>::namespaced(client.clone(), names::KYMA_SYSTEM),
         watcher::Config::default(),
     );
     let proxies = controller.store();
@@ -179,6 +181,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             },
         },
     });
+    tokio::spawn(crate::outside::run(ctx.clone()));
     let all = |store: Store<ConnectivityProxy>| {
         move || {
             store

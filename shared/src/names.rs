@@ -141,6 +141,11 @@ pub const GARDENER_CERT_CRD: &str = "certificates.cert.gardener.cloud";
 /// cert-manager's certificate CRD.
 pub const CERT_MANAGER_CRD: &str = "certificates.cert-manager.io";
 
+/// The most watches the controller keeps open on Secrets it reads but does not manage (a user's
+/// service key, a tunnel Secret issued by Gardener or cert-manager); beyond it a Secret is read from
+/// the API. A reconcile reads at most four.
+pub const MAX_FOREIGN_SECRET_WATCHES: usize = 8;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -113,6 +113,19 @@ fn blocked(state: State, passed: Vec<Cond>, failed: Cond, then: Then) -> Plan {
     }
 }
 
+/// The failed condition of a CR outside the module's namespace: it installs nothing. (The controller
+/// watches only the metadata of such CRs, `crate::outside`; this plan is its answer for them too.)
+pub fn outside_module_namespace() -> Cond {
+    Cond::failed(
+        types::CONFIGURATION,
+        Reason::OutsideModuleNamespace,
+        format!(
+            "the Connectivity Proxy is installed only from a ConnectivityProxy in {ks} (the module's namespace; the operator writes nowhere else but the Istio namespace): create it in {ks} and delete this one",
+            ks = names::KYMA_SYSTEM
+        ),
+    )
+}
+
 /// Plans the reconcile of `cr` (not being deleted).
 pub fn plan(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings) -> Plan {
     if let Some(p) = admission(cr, facts, settings) {
@@ -141,13 +154,12 @@ fn admission(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings) -> Opti
         );
     }
     if cr.namespace().as_deref() != Some(names::KYMA_SYSTEM) {
-        return config(
-            Reason::OutsideModuleNamespace,
-            format!(
-                "the Connectivity Proxy is installed only from a ConnectivityProxy in {ks} (the module's namespace; the operator writes nowhere else but the Istio namespace): create it in {ks} and delete this one",
-                ks = names::KYMA_SYSTEM
-            ),
-        );
+        return Some(blocked(
+            State::Warning,
+            vec![],
+            outside_module_namespace(),
+            resync.clone(),
+        ));
     }
     let patches: Vec<CrPatch> = [
         finalizer_patch(cr).map(CrPatch::Finalizer),

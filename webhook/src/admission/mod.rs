@@ -439,12 +439,6 @@ fn same_spec_text(req: &Request, new: &RawValue) -> bool {
             .is_some_and(|old| old.get() == new.get())
 }
 
-fn deleting(req: &Request) -> bool {
-    req.object
-        .as_ref()
-        .is_some_and(|o| o.metadata.deletion_timestamp.is_some())
-}
-
 /// Parses a spec's text into its typed form and refuses fields the type does not know (the API
 /// server prunes unknown fields, so an unknown field here means a request that bypassed it or a
 /// schema mismatch). The parse only notices a skipped field; the fields are then named with their
@@ -704,12 +698,9 @@ pub fn validate_cp(
         Operation::Update => Some(spec_raw(req.old_object.as_ref(), "oldObject")?),
         _ => None,
     };
-    if deleting(req) {
-        // A CR on its way out: only the protected-field check applies, so deletion never hangs on a
-        // newer rule.
-        let old_d = old_raw.map(deployment_raw).transpose()?;
-        return protected_fields(req, policy, old_d, deployment_raw(new_raw)?).map(|()| vec![]);
-    }
+    // A CR on its way out is judged like any other: an update that leaves its spec as stored (the
+    // finalizer's removal) was admitted above, so deletion never hangs on a newer rule, and a spec
+    // written while a finalizer holds the object is not a way around the rules.
     let new: ConnectivityProxySpec =
         typed_spec(new_raw, &known::CONNECTIVITY_PROXY_SPEC, "object")?;
     match check_cp(req, policy, facts, old_raw, new_raw, &new) {
@@ -775,9 +766,10 @@ fn check_cp(
 /// Validates a ServiceMapping: its fields and the uniqueness of (type, subaccountId, serviceId).
 pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
     let raw = spec_raw(req.object.as_ref(), "object")?;
-    if same_spec_text(req, raw) || deleting(req) {
+    if same_spec_text(req, raw) {
         // Labels (the operator's adoption), finalizers: a mapping stored under older rules stays
-        // writable and deletable.
+        // writable and deletable. A mapping being deleted is judged like any other when its spec
+        // changes (a foreign finalizer must not hold a door open to an unvalidated spec).
         return Ok(());
     }
     let spec: ServiceMappingSpec = typed_spec(raw, &known::SERVICE_MAPPING_SPEC, "object")?;

@@ -442,7 +442,7 @@ fn cr_breaking_a_newer_rule() -> Value {
 }
 
 #[test]
-fn metadata_only_updates_and_deletion_are_judged_only_by_the_protected_fields() {
+fn metadata_only_updates_are_free_and_a_spec_written_while_deleting_is_judged_by_every_rule() {
     let stored = cr_breaking_a_newer_rule();
     // A spec change of that CR is judged by every rule.
     let mut edited = stored.clone();
@@ -455,14 +455,20 @@ fn metadata_only_updates_and_deletion_are_judged_only_by_the_protected_fields() 
     unfinalized["metadata"]["labels"] = json!({"team": "a"});
     let body = alice_update(unfinalized, stored.clone());
     assert_eq!(validate(&body).1, Decision::Allowed);
-    // A CR being deleted: rules skipped, protected fields still protected.
+    // A CR being deleted: its finalizer's removal is free, a spec edit is judged by every rule.
     let mut deleting = stored.clone();
     deleting["metadata"]["deletionTimestamp"] = json!("2026-11-30T12:00:00Z");
-    deleting["spec"]["config"]["subaccountSubdomain"] = json!("other");
-    let body = alice_update(deleting.clone(), stored.clone());
+    let mut released = deleting.clone();
+    released["metadata"]["finalizers"] = json!([]);
+    let body = alice_update(released, deleting.clone());
     assert_eq!(validate(&body).1, Decision::Allowed);
-    deleting["spec"]["deployment"]["replicaCount"] = json!(7);
-    let body = alice_update(deleting, stored);
+    let mut edited = deleting.clone();
+    edited["spec"]["config"]["subaccountSubdomain"] = json!("other");
+    let body = alice_update(edited, deleting.clone());
+    assert_eq!(validate(&body).1, Decision::Denied);
+    let mut edited = deleting.clone();
+    edited["spec"]["deployment"]["replicaCount"] = json!(7);
+    let body = alice_update(edited, deleting);
     assert_denied_naming(&body, "spec.deployment.replicaCount");
 }
 
@@ -478,6 +484,27 @@ fn a_mapping_stored_under_older_rules_can_still_be_labelled() {
         Decision::Allowed
     );
     let body = mapping_review("CREATE", "op", labelled, None);
+    assert_eq!(
+        run(Endpoint::ValidateServiceMapping, &body, Facts::default()).1,
+        Decision::Denied
+    );
+}
+
+#[test]
+fn a_mapping_being_deleted_is_validated_when_its_spec_changes() {
+    let stored = json!({"apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+        "metadata": {"name": "held", "deletionTimestamp": "2026-11-30T12:00:00Z", "finalizers": ["example.com/hold"]},
+        "spec": {"type": "TCP", "subaccountId": "sub-1", "serviceId": "s", "internalAddress": "a.b:1"}});
+    let mut released = stored.clone();
+    released["metadata"]["finalizers"] = json!([]);
+    let body = mapping_review("UPDATE", "op", released, Some(stored.clone()));
+    assert_eq!(
+        run(Endpoint::ValidateServiceMapping, &body, Facts::default()).1,
+        Decision::Allowed
+    );
+    let mut rewritten = stored.clone();
+    rewritten["spec"]["internalAddress"] = json!("no-port");
+    let body = mapping_review("UPDATE", "op", rewritten, Some(stored));
     assert_eq!(
         run(Endpoint::ValidateServiceMapping, &body, Facts::default()).1,
         Decision::Denied

@@ -2,6 +2,7 @@
 //! rule, so these tests take turns ([`cp_tests::support::scenario`]) and clean up after themselves.
 #![forbid(unsafe_code)]
 
+mod bounded;
 mod btp_mappings;
 mod honest_state;
 mod install;

@@ -434,6 +434,42 @@ async fn service_mappings_are_validated_and_unique() {
 }
 
 #[tokio::test]
+async fn a_mapping_held_by_a_foreign_finalizer_is_still_validated() {
+    webhook().await;
+    let _mappings = MAPPINGS_LOCK.lock().await;
+    let alice = alice_client(AUTHENTICATED).await;
+    let held = with(
+        mapping("sm-held", "held-s4"),
+        "/metadata/finalizers",
+        json!(["example.com/hold"]),
+    );
+    create_mapping(&alice, held).await.expect("held mapping");
+    let api = mappings(&alice);
+    api.delete("sm-held", &Default::default())
+        .await
+        .expect("delete (held by the finalizer)");
+    let held = api.get("sm-held").await.expect("still there");
+    assert!(held.metadata.deletion_timestamp.is_some(), "being deleted");
+    // While the finalizer holds it, a spec edit is judged by every rule.
+    let bad = json!({"spec": {"internalAddress": "erp.default:99999"}});
+    let msg = denied(
+        api.patch("sm-held", &PatchParams::default(), &Patch::Merge(&bad))
+            .await,
+        "a bad port on a mapping being deleted",
+    );
+    assert!(msg.contains("spec.internalAddress"), "{msg}");
+    // A valid edit and the finalizer's removal are admitted: deletion never hangs on the webhook.
+    let good = json!({"spec": {"locationIds": ["loc1"]}});
+    api.patch("sm-held", &PatchParams::default(), &Patch::Merge(&good))
+        .await
+        .expect("a valid edit of a mapping being deleted");
+    let release = json!({"metadata": {"finalizers": null}});
+    api.patch("sm-held", &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .expect("the finalizer's removal");
+}
+
+#[tokio::test]
 async fn service_channels_cannot_be_disabled_while_mappings_exist() {
     webhook().await;
     let _mappings = MAPPINGS_LOCK.lock().await;
