@@ -468,7 +468,8 @@ async fn a_second_cr_gets_a_warning_and_changes_nothing() {
     create_default_cr(admin, NS, "connectivity-proxy").await;
     wait_all_exist(admin).await;
     make_ready(admin, NS, "connectivity-proxy").await;
-    let other_ns = env.cp.namespace("second-cr").await.expect("ns");
+    // A second CR in the module's namespace (one elsewhere is OutsideModuleNamespace, see below).
+    let other_ns = NS.to_string();
     let offset = env.cp.audit_offset();
     create_default_cr(admin, &other_ns, "another").await;
     let cr = wait_state(
