@@ -270,50 +270,47 @@ pub fn policy() -> ValidatingAdmissionPolicy {
     };
     let pod = "object.spec.template.spec";
     let containers = format!("{pod}.containers + {pod}.?initContainers.orValue([])");
-    let mut validations: Vec<Validation> = rows.iter().map(row_validation).collect();
-    validations.push(validation(
-        format!(
-            "!{sts} || ({pod}.?serviceAccountName.orValue('default') == 'default' && {pod}.?serviceAccount.orValue('default') == 'default')",
-            sts = is(Kind::StatefulSet)
+    let sts = Kind::StatefulSet;
+    let guarded = [
+        (
+            sts,
+            format!("({pod}.?serviceAccountName.orValue('default') == 'default' && {pod}.?serviceAccount.orValue('default') == 'default')"),
+            "the operator's controller may run the proxy's pods only as the namespace's default ServiceAccount",
         ),
-        "the operator's controller may run the proxy's pods only as the namespace's default ServiceAccount",
-    ));
-    validations.push(validation(
-        format!(
-            "!{sts} || (!{pod}.?hostNetwork.orValue(false) && !{pod}.?hostPID.orValue(false) && !{pod}.?hostIPC.orValue(false))",
-            sts = is(Kind::StatefulSet)
+        (
+            sts,
+            format!("(!{pod}.?hostNetwork.orValue(false) && !{pod}.?hostPID.orValue(false) && !{pod}.?hostIPC.orValue(false))"),
+            "the operator's controller may not run pods in the node's network, PID or IPC namespace",
         ),
-        "the operator's controller may not run pods in the node's network, PID or IPC namespace",
-    ));
-    validations.push(validation(
-        format!(
-            "!{sts} || {pod}.?volumes.orValue([]).all(v, !has(v.hostPath))",
-            sts = is(Kind::StatefulSet)
+        (
+            sts,
+            format!("{pod}.?volumes.orValue([]).all(v, !has(v.hostPath))"),
+            "the operator's controller may not mount a hostPath volume",
         ),
-        "the operator's controller may not mount a hostPath volume",
-    ));
-    validations.push(validation(
-        format!(
-            "!{sts} || ({containers}).all(c, !c.?securityContext.?privileged.orValue(false) && !c.?securityContext.?allowPrivilegeEscalation.orValue(false) && c.?securityContext.?capabilities.?add.orValue([]).size() == 0 && c.?ports.orValue([]).all(p, p.?hostPort.orValue(0) == 0))",
-            sts = is(Kind::StatefulSet)
+        (
+            sts,
+            format!("({containers}).all(c, !c.?securityContext.?privileged.orValue(false) && !c.?securityContext.?allowPrivilegeEscalation.orValue(false) && c.?securityContext.?capabilities.?add.orValue([]).size() == 0 && c.?ports.orValue([]).all(p, p.?hostPort.orValue(0) == 0))"),
+            "the operator's controller may not run privileged containers, containers that may escalate privileges or add capabilities, or bind host ports",
         ),
-        "the operator's controller may not run privileged containers, containers that may escalate privileges or add capabilities, or bind host ports",
-    ));
-    validations.push(validation(
-        format!(
-            "!{svc} || (object.spec.?type.orValue('ClusterIP') == 'ClusterIP' && object.spec.?externalIPs.orValue([]).size() == 0)",
-            svc = is(Kind::Service)
+        (
+            Kind::Service,
+            "(object.spec.?type.orValue('ClusterIP') == 'ClusterIP' && object.spec.?externalIPs.orValue([]).size() == 0)".to_string(),
+            "the operator's controller renders only ClusterIP Services without externalIPs",
         ),
-        "the operator's controller renders only ClusterIP Services without externalIPs",
-    ));
-    validations.push(validation(
-        format!(
-            "!{pc} || (!object.?globalDefault.orValue(false) && object.value <= {max})",
-            pc = is(Kind::PriorityClass),
-            max = names::PRIORITY_CLASS_VALUE
+        (
+            Kind::PriorityClass,
+            format!("(!object.?globalDefault.orValue(false) && object.value <= {})", names::PRIORITY_CLASS_VALUE),
+            "the operator's controller may not make its PriorityClass the cluster's default or raise its value",
         ),
-        "the operator's controller may not make its PriorityClass the cluster's default or raise its value",
-    ));
+    ];
+    // Each rule applies to its kind only: `!is(kind) || rule`.
+    let validations: Vec<Validation> =
+        rows.iter()
+            .map(row_validation)
+            .chain(guarded.into_iter().map(|(kind, rule, message)| {
+                validation(format!("!{} || {rule}", is(kind)), message)
+            }))
+            .collect();
     ValidatingAdmissionPolicy {
         metadata: ObjectMeta {
             name: Some(POLICY.into()),
