@@ -2,8 +2,8 @@
 //! steady state issues no writes), and pruning managed objects that are no longer desired.
 
 use cp_api::names;
+use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use crate::Error;
@@ -281,15 +281,22 @@ pub fn not_ours(d: &Desired) -> Error {
     })
 }
 
-/// Writes with server-side apply (one field manager) and deletes.
+/// Writes with server-side apply (one field manager) and deletes. Every body it writes carries the
+/// operator's ownership proof ([`crate::ownership`]).
 pub struct Applier {
     client: Client,
+    proof: std::sync::Arc<crate::ownership::Proof>,
 }
 
 impl Applier {
-    /// An applier using `client`.
-    pub fn new(client: Client) -> Self {
-        Self { client }
+    /// An applier using `client`, stamping `proof`.
+    pub fn new(client: Client, proof: std::sync::Arc<crate::ownership::Proof>) -> Self {
+        Self { client, proof }
+    }
+
+    /// The ownership proof this applier stamps.
+    pub fn proof(&self) -> &std::sync::Arc<crate::ownership::Proof> {
+        &self.proof
     }
 
     /// Applies `d`; returns whether it wrote. When the caches did not hold it (`confirm_absent`), the
@@ -310,14 +317,21 @@ impl Applier {
         if confirm_absent
             && let Some(l) = read(&self.client, d.kind, d.namespace.as_deref(), &d.name).await?
         {
-            if !crate::desired::is_managed(l.labels()) {
-                return Err(not_ours(d));
-            }
-            if apply_reason_with(d, digest, Some(&l)).is_none() {
-                return Ok(false);
+            match self.proof.standing(d.kind, &l.metadata) {
+                crate::ownership::Standing::Proven => {
+                    if apply_reason_with(d, digest, Some(&l)).is_none() {
+                        return Ok(false);
+                    }
+                }
+                // An earlier release's object: written once more, now with the proof.
+                crate::ownership::Standing::Adopted => {}
+                crate::ownership::Standing::Unproven | crate::ownership::Standing::Foreign => {
+                    return Err(not_ours(d));
+                }
             }
         }
-        let body = with_digest(d, digest);
+        let mut body = with_digest(d, digest);
+        self.proof.stamp(d.kind, &mut body, None);
         let what = format!("applying {} {}", d.kind.api_resource().kind, d.name);
         api(&self.client, d.kind, d.namespace.as_deref())
             .patch(

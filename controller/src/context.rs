@@ -59,6 +59,8 @@ pub struct Ctx {
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// Duplicate ServiceMappings already reported by an Event, as (loser uid, winner uid).
     pub reported_conflicts: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    /// Labelled objects without an ownership proof already named in a Warning (`Kind ns/name`).
+    pub reported_unproven: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// How long a fetched Connectivity CA is trusted before it is fetched again.

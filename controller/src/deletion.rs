@@ -140,6 +140,11 @@ async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, step: &DeletionStep) -> Resu
                 )
                 .await?
             {
+                // Only what the operator can prove it created goes with the CR.
+                if !ctx.applier.proof().ours(kind, &obj.metadata) {
+                    tracing::warn!(kind = %kind.api_resource().kind, name = %obj.name_any(), namespace = obj.namespace().as_deref().unwrap_or(""), "left alone on deletion: the operator's labels without its ownership proof");
+                    continue;
+                }
                 ctx.applier
                     .delete(kind, obj.namespace().as_deref(), &obj.name_any())
                     .await?;

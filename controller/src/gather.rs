@@ -75,6 +75,8 @@ pub struct Facts {
     /// The service key resolved from the CR, [`Self::binding`] and [`Self::key_secret`]
     /// ([`Self::resolve_service_key`]), or why the CR's key cannot be read.
     pub service_key: Result<crate::btp::Outcome, String>,
+    /// The audit log Secret the CR names, when it exists.
+    pub auditlog_secret: Option<Secret>,
     /// The built-in tunnel CA Secret.
     pub tunnel_ca: Option<Secret>,
     /// The tunnel's TLS Secret, whoever issued it.
@@ -84,8 +86,14 @@ pub struct Facts {
     pub tunnel_rotation: Option<Result<cp_certs::rotation::Plan, String>>,
     /// The Connectivity service CA.
     pub connectivity_ca: ConnectivityCa,
-    /// Every managed object that belongs to this CR, as cached.
+    /// Every managed object that belongs to this CR, as cached, that the operator can prove is its
+    /// own (or adopts: [`Self::adopted`]).
     pub owned: BTreeMap<Key, DynamicObject>,
+    /// Those of [`Self::owned`] an earlier release labelled, without a proof yet: written once more.
+    pub adopted: std::collections::BTreeSet<Key>,
+    /// Objects with the operator's labels for this CR but no ownership proof: never overwritten,
+    /// pruned or deleted, named in a Warning.
+    pub unproven: Vec<Key>,
     /// The proxy's StatefulSet when it is ours.
     pub statefulset: Option<StatefulSet>,
     /// Why the proxy's pods fail, when they are not ready for a reason that will not pass by itself.
@@ -106,11 +114,14 @@ impl Facts {
             binding: None,
             key_secret: None,
             service_key: Ok(crate::btp::Outcome::default()),
+            auditlog_secret: None,
             tunnel_ca: None,
             tunnel_tls: None,
             tunnel_rotation: None,
             connectivity_ca: ConnectivityCa::NotNeeded,
             owned: BTreeMap::new(),
+            adopted: Default::default(),
+            unproven: vec![],
             statefulset: None,
             pod_problem: None,
         }
@@ -200,7 +211,8 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
     let legacy_statefulset = sts
         .as_ref()
         .is_some_and(|s| crate::migration::is_legacy(&s.metadata));
-    let statefulset = match sts.filter(|s| crate::desired::is_managed(s.labels())) {
+    let proof = ctx.applier.proof();
+    let statefulset = match sts.filter(|s| proof.ours(Kind::StatefulSet, &s.metadata)) {
         Some(s) => Some(typed::<StatefulSet>(&s)?),
         None => None,
     };
@@ -216,13 +228,18 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         Some(name) => ctx.cache.secret(&ns, &name, cr).await?,
         None => None,
     };
-    let owned = ctx
+    let auditlog_secret = match cr.spec.auditlog_secret().filter(|a| !a.is_empty()) {
+        Some(name) => ctx.cache.secret(&ns, name, cr).await?,
+        None => None,
+    };
+    let (mut owned, mut adopted, mut unproven) = (BTreeMap::new(), Default::default(), vec![]);
+    for (k, o) in ctx
         .cache
         .owned(&apis.kinds, cr, &desired::object_namespaces(cr))
         .await?
-        .into_iter()
-        .map(|(k, o)| ((k, o.namespace(), o.name_any()), o))
-        .collect();
+    {
+        sort_by_proof(proof, (k, o), &mut owned, &mut adopted, &mut unproven);
+    }
     let mut facts = Facts {
         now: OffsetDateTime::now_utc(),
         other_primary,
@@ -233,11 +250,14 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         binding,
         key_secret,
         service_key: Ok(crate::btp::Outcome::default()),
+        auditlog_secret,
         tunnel_ca: None,
         tunnel_tls: None,
         tunnel_rotation: None,
         connectivity_ca: ConnectivityCa::NotNeeded,
         owned,
+        adopted,
+        unproven,
         pod_problem: None,
         statefulset,
     };
@@ -256,6 +276,28 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         .foreign_secret_watches
         .set(i64::try_from(watches).unwrap_or(i64::MAX));
     Ok(facts)
+}
+
+/// Files a labelled object under what its ownership proof says ([`crate::ownership::Standing`]).
+fn sort_by_proof(
+    proof: &crate::ownership::Proof,
+    (kind, o): (Kind, DynamicObject),
+    owned: &mut BTreeMap<Key, DynamicObject>,
+    adopted: &mut std::collections::BTreeSet<Key>,
+    unproven: &mut Vec<Key>,
+) {
+    use crate::ownership::Standing;
+    let key = (kind, o.namespace(), o.name_any());
+    match proof.standing(kind, &o.metadata) {
+        Standing::Proven => {
+            owned.insert(key, o);
+        }
+        Standing::Adopted => {
+            adopted.insert(key.clone());
+            owned.insert(key, o);
+        }
+        Standing::Unproven | Standing::Foreign => unproven.push(key),
+    }
 }
 
 fn apis(ctx: &Ctx) -> Apis {
@@ -283,14 +325,20 @@ async fn tunnel_and_ca(cr: &ConnectivityProxy, ctx: &Ctx, facts: &mut Facts) -> 
         return Ok(());
     };
     let cr_ns = cr.namespace().unwrap_or_default();
+    // A CA (or certificate) someone else labelled as the operator's is never signed with or kept.
+    let proof = ctx.applier.proof();
     facts.tunnel_ca = ctx
         .cache
         .secret(&cr_ns, names::TUNNEL_CA_SECRET, cr)
-        .await?;
+        .await?
+        .filter(|s| proof.ours(Kind::Secret, &s.metadata));
     facts.tunnel_tls = ctx
         .cache
         .secret(&resolved.istio_namespace, &resolved.tls_secret, cr)
-        .await?;
+        .await?
+        .filter(|s| {
+            proof.standing(Kind::Secret, &s.metadata) != crate::ownership::Standing::Unproven
+        });
     facts.rotate_tunnel(cr, &resolved, &ctx.settings.tunnel);
     if cr.spec.ingress_class() == "istio"
         && let Some(key) = key

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod migration;
 pub mod module_owner;
 pub mod outside;
+pub mod ownership;
 pub mod plan;
 pub mod pods;
 pub mod reconcile;
@@ -49,7 +50,7 @@ pub enum Error {
     Certificate(String),
     /// An object the operator would write exists and was not created by it.
     #[error(
-        "{0} exists and was not created by the Connectivity Proxy operator (no label app.kubernetes.io/managed-by=connectivity-proxy-operator): the operator never writes into, labels, owns or deletes an object it did not create; choose another name in the CR or delete that object"
+        "{0} exists and was not created by the Connectivity Proxy operator (it carries no ownership proof of the operator: the label app.kubernetes.io/managed-by=connectivity-proxy-operator alone does not make an object the operator's): the operator never writes into, labels, owns or deletes an object it did not create; choose another name in the CR or delete that object"
     )]
     NotOurs(String),
 }

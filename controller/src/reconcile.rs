@@ -148,7 +148,24 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         }
         Plan::Migrate => {
             span.record("action", "migrate");
-            let outcome = crate::migration::migrate(&ctx.client, cr).await?;
+            let outcome =
+                match crate::migration::migrate(&ctx.client, ctx.applier.proof(), cr).await {
+                    Ok(o) => o,
+                    // A backup name taken by an object the operator cannot prove it wrote: the takeover
+                    // waits (the legacy installation keeps running) and the status names the object.
+                    Err(e @ Error::NotOurs(_)) => {
+                        let failed = status::Cond::failed(
+                            status::types::INSTALLED,
+                            Reason::ObjectNotOwned,
+                            e.to_string(),
+                        );
+                        let computed =
+                            status::Computed::blocked(cp_api::State::Warning, vec![], failed);
+                        status::write(ctx, cr, &computed).await?;
+                        return Ok(Action::requeue(crate::plan::OUTSIDE_RECHECK));
+                    }
+                    Err(e) => return Err(e),
+                };
             if let crate::migration::Outcome::LeftAlone(objects) = &outcome {
                 status::warn(
                     ctx,
@@ -227,8 +244,45 @@ async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, install: &Install) -> Result
         tracing::warn!(error = %e, "updating ServiceMappings");
     }
     report_conflicts(ctx, &install.conflicts).await;
+    report_unproven(ctx, cr, &install.unproven).await;
     status::write(ctx, cr, &install.status).await?;
+    if install.status.state == cp_api::State::Ready
+        && let Err(e) = ctx.applier.proof().close_adoption(&ctx.client).await
+    {
+        tracing::warn!(error = %e, "closing the ownership adoption window (retried at the next Ready reconcile)");
+    }
     Ok(Action::requeue(install.requeue))
+}
+
+/// A Warning Event naming the objects that wear the operator's labels without its ownership proof,
+/// once per set: they are neither written, pruned nor deleted.
+async fn report_unproven(ctx: &Ctx, cr: &ConnectivityProxy, unproven: &[String]) {
+    let current: std::collections::BTreeSet<String> = unproven.iter().cloned().collect();
+    let changed = match ctx.reported_unproven.lock() {
+        Ok(mut reported) => {
+            let changed = *reported != current;
+            *reported = current;
+            changed
+        }
+        Err(_) => false,
+    };
+    if !changed || unproven.is_empty() {
+        return;
+    }
+    tracing::warn!(objects = %unproven.join(", "), "objects with the operator's labels but no ownership proof left alone");
+    status::warn(
+        ctx,
+        cr,
+        Reason::UnprovenObjectLeftAlone,
+        &format!(
+            "these objects carry the operator's labels but no ownership proof (annotation {}), so the operator did not create them: it neither overwrites, prunes nor deletes them: {}. Remove the labels {} and {} from them if they are yours; delete them if they are left-overs",
+            cp_api::keys::OWNERSHIP_PROOF_ANNOTATION,
+            unproven.join(", "),
+            cp_api::names::LABEL_MANAGED_BY,
+            cp_api::names::LABEL_OWNER_NAME,
+        ),
+    )
+    .await;
 }
 
 /// A Warning Event on each mapping that is not published, once per (mapping, winner): a steady

@@ -57,7 +57,30 @@ pub async fn migrate_plan(namespace: &str, name: &str, output: &str) -> anyhow::
         ),
     };
     let gather_id = if id.starts_with('<') { "" } else { id.as_str() };
-    let facts = crate::migration::plan::gather(&client, namespace, gather_id)
+    // Backups count only with the controller's ownership proof: without read access to its key, every
+    // backup is shown as not the operator's.
+    let proof = match Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        client.clone(),
+        names::KYMA_SYSTEM,
+    )
+    .get_opt(names::OWNERSHIP_KEY_SECRET)
+    .await
+    {
+        Ok(Some(s)) => crate::ownership::from_secret(&s)?,
+        // No controller has run yet: nothing carries a proof.
+        Ok(None) => crate::ownership::Proof::for_tests(),
+        Err(e) => {
+            if output != "json" {
+                println!(
+                    "note: the ownership key Secret {}/{} cannot be read ({e}): backups are shown as not the operator's",
+                    names::KYMA_SYSTEM,
+                    names::OWNERSHIP_KEY_SECRET
+                );
+            }
+            crate::ownership::Proof::for_tests()
+        }
+    };
+    let facts = crate::migration::plan::gather(&client, &proof, namespace, gather_id)
         .await
         .context("reading the cluster")?;
     let plan = crate::migration::plan::plan(&spec, &facts, &id);
@@ -111,6 +134,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         leader::acquire(&client, &lease).await;
         metrics.leader.set(1);
     }
+    // The key of the ownership proofs: read (or created, once) before anything is written.
+    let proof = Arc::new(
+        crate::ownership::load_or_create(&client)
+            .await
+            .context("the ownership key")?,
+    );
 
     let (crds, crd_stream) = reflected::<CustomResourceDefinition>(
         Api::all(client.clone()),
@@ -136,7 +165,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let cache = crate::cache::Cache::start(client.clone(), crds.clone(), proxies.clone(), trigger);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
-        applier: Applier::new(client.clone()),
+        applier: Applier::new(client.clone(), proof.clone()),
         cache,
         metrics: metrics.clone(),
         recorder: Recorder::new(
@@ -153,6 +182,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ca_fetched: Default::default(),
         failures: Default::default(),
         reported_conflicts: Default::default(),
+        reported_unproven: Default::default(),
         synced: health.ready.clone(),
         settings: Settings {
             deployment_defaults: crate::upgrade::release_defaults(overrides.as_ref()),
@@ -225,6 +255,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 owner: module_owner.clone(),
             },
             metrics.clone(),
+            proof.clone(),
         ));
     }
 

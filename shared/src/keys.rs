@@ -88,6 +88,14 @@ pub const LEGACY_SKIP_RENDERING_ANNOTATION: &str =
 pub const DISABLE_NETWORK_POLICIES_ANNOTATION: &str =
     "connectivityproxy.sap.com/disable-network-policies";
 
+/// HMAC-SHA256 of an object's identity (a migration backup's also of its data), keyed by the Secret
+/// `connectivity-proxy-operator-ownership-key` only the controller reads: what makes an object the
+/// operator's. The managed-by label alone does not (anyone who may label may set it).
+pub const OWNERSHIP_PROOF_ANNOTATION: &str = "connectivityproxy.sap.com/ownership-proof";
+/// On the ownership key Secret, `"true"` while objects an earlier release labelled (created before the
+/// key) are still adopted; removed after the first Ready install.
+pub const ADOPTING_ANNOTATION: &str = "connectivityproxy.sap.com/adopting-labelled";
+
 /// On a Secret a user names for the proxy to mount (the service key's `secretName`), `"true"` says
 /// its owner lets the proxy use it: without it the controller neither mounts it nor says more about
 /// it than that it is not usable (a CR editor who may not read Secrets learns nothing from the
@@ -96,7 +104,9 @@ pub const DISABLE_NETWORK_POLICIES_ANNOTATION: &str =
 pub const USABLE_BY_PROXY_LABEL: &str = "connectivityproxy.sap.com/usable-by-proxy";
 
 /// Every operator-owned key above (the legacy reconciler's are not the operator's).
-pub const OPERATOR_KEYS: [&str; 16] = [
+pub const OPERATOR_KEYS: [&str; 18] = [
+    OWNERSHIP_PROOF_ANNOTATION,
+    ADOPTING_ANNOTATION,
     LABEL_OWNER_NAME,
     LABEL_OWNER_NAMESPACE,
     ANNOTATION_APPLIED_HASH,

@@ -98,12 +98,17 @@ reasons! {
     /// The aggregated ServiceMappings take 80 % or more of the ConfigMap's budget: everything works, new
     /// mappings are refused once it is full.
     Status ServiceMappingsNearLimit,
+    /// The audit log Secret the CR names is absent, not opted in or another module's: the proxy runs
+    /// without it.
+    Status AuditLogSecretNotUsable,
     /// The CR is being deleted but ServiceMappings exist.
     Status DeletionBlockedByServiceMappings,
     /// Every managed object is being removed.
     Status Deleting,
     /// Event: a legacy-named object without the legacy marks was left alone.
     Event LegacyLookAlikeLeftAlone,
+    /// Event: objects carry the operator's labels but no ownership proof; they were left alone.
+    Event UnprovenObjectLeftAlone,
     /// Event on a ServiceMapping: an older one has the same key.
     Event DuplicateServiceMapping,
 }

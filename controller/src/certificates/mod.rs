@@ -186,7 +186,11 @@ impl WebhookCertSettings {
 
 /// Applies a Secret body if it differs from the live one (the applied-hash annotation makes a
 /// removed key count as a difference); returns whether it wrote.
-async fn ensure_secret(client: &Client, body: Value) -> Result<bool, Error> {
+async fn ensure_secret(
+    client: &Client,
+    proof: &Arc<crate::ownership::Proof>,
+    body: Value,
+) -> Result<bool, Error> {
     let desired = crate::desired::Desired {
         kind: crate::desired::Kind::Secret,
         namespace: body["metadata"]["namespace"].as_str().map(String::from),
@@ -196,7 +200,7 @@ async fn ensure_secret(client: &Client, body: Value) -> Result<bool, Error> {
             .to_string(),
         body,
     };
-    crate::apply::Applier::new(client.clone())
+    crate::apply::Applier::new(client.clone(), proof.clone())
         .apply(&desired, true)
         .await
 }
@@ -339,6 +343,7 @@ pub async fn reconcile_webhook_certs(
     client: &Client,
     s: &WebhookCertSettings,
     metrics: &Metrics,
+    proof: &Arc<crate::ownership::Proof>,
 ) -> Result<OffsetDateTime, Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &s.namespace);
     let ca = secrets
@@ -368,6 +373,7 @@ pub async fn reconcile_webhook_certs(
     // Order matters: trust first (CA Secret, then the bundle in the configurations), serve second.
     ensure_secret(
         client,
+        proof,
         secret_body(
             &s.namespace,
             names::WEBHOOK_CA_SECRET,
@@ -379,6 +385,7 @@ pub async fn reconcile_webhook_certs(
     ensure_ca_bundle(client, &plan.bundle).await?;
     ensure_secret(
         client,
+        proof,
         secret_body(
             &s.namespace,
             names::WEBHOOK_CERT_SECRET,
@@ -418,6 +425,7 @@ pub async fn run_webhook_certs(
     client: Client,
     settings: WebhookCertSettings,
     metrics: Arc<Metrics>,
+    proof: Arc<crate::ownership::Proof>,
 ) {
     use futures::StreamExt;
     let notify = Arc::new(tokio::sync::Notify::new());
@@ -442,7 +450,7 @@ pub async fn run_webhook_certs(
         }
     });
     loop {
-        let wait = match reconcile_webhook_certs(&client, &settings, &metrics).await {
+        let wait = match reconcile_webhook_certs(&client, &settings, &metrics, &proof).await {
             Ok(next) => {
                 let secs = (next - OffsetDateTime::now_utc())
                     .as_seconds_f64()

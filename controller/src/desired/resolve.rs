@@ -42,6 +42,10 @@ pub struct Resolved {
     /// Hash of the Secrets the proxy depends on (service key, tunnel TLS), once known: in the pod
     /// template, so a rotated key or certificate restarts the proxy.
     pub secrets_hash: Option<String>,
+    /// The audit log Secret the CR names (`spec.secretConfig.integration.auditlogService.secretName`),
+    /// projected into the proxy only while its owner lets the proxy use it (the plan clears it
+    /// otherwise: [`crate::btp::usable_by_proxy`]).
+    pub auditlog_secret: Option<String>,
 }
 
 /// Why a CR cannot be applied as it is.
@@ -163,5 +167,9 @@ pub fn resolve(cr: &ConnectivityProxy, facts: &ClusterFacts) -> Result<Resolved,
             &facts.binding_subaccount_subdomain,
         ),
         secrets_hash: None,
+        auditlog_secret: spec
+            .auditlog_secret()
+            .filter(|a| !a.is_empty())
+            .map(String::from),
     })
 }

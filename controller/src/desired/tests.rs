@@ -278,7 +278,9 @@ fn the_renderer_never_projects_an_operator_owned_secret_into_the_proxy() {
             err.message()
         );
         // ...and the renderer, handed one anyway, leaves the Secret out.
-        let objs = desired(&c, &r, &[]);
+        let mut handed = r.clone();
+        handed.auditlog_secret = Some(owned.to_string());
+        let objs = desired(&c, &handed, &[]);
         assert!(
             !projected_secrets(&objs).iter().any(|s| s == owned),
             "{owned} projected: {:?}",

@@ -336,11 +336,10 @@ fn pod_spec(cr: &ConnectivityProxy, d: &Deployment, resolved: &Resolved) -> PodS
         .unwrap_or(cp_api::defaults::MAX_FILE_DESCRIPTORS);
     // A user-named Secret is projected whole: one of the operator's own (the webhook CA's `ca.key`)
     // never is, even for a CR admitted before admission checked the name (resolve refuses it too).
-    let auditlog = cr
-        .spec
-        .auditlog_secret()
-        .filter(|a| !a.is_empty() && !is_operator_secret(a))
-        .map(String::from);
+    let auditlog = resolved
+        .auditlog_secret
+        .clone()
+        .filter(|a| !is_operator_secret(a));
     let mut sources: Vec<VolumeProjection> = Some(resolved.service_key_secret.clone())
         .filter(|s| !is_operator_secret(s))
         .map(|s| secret_projection(s, false))

@@ -23,6 +23,7 @@ pub use import::{ImportError, import};
 pub use plan::{Blocker, Plan};
 
 use crate::Error;
+use crate::desired::Kind;
 use legacy::{LEGACY_KINDS, LEGACY_SERVICE_KEY};
 use plan::Disposition;
 
@@ -175,7 +176,11 @@ pub enum Step {
 /// Reads what the next migration step is decided from: the CR's takeover annotations, then (with
 /// reads only) the legacy StatefulSet while no takeover runs, or the takeover's facts
 /// ([`plan::gather`]) while one does.
-pub async fn gather(client: &Client, cr: &ConnectivityProxy) -> Result<Facts, Error> {
+pub async fn gather(
+    client: &Client,
+    proof: &crate::ownership::Proof,
+    cr: &ConnectivityProxy,
+) -> Result<Facts, Error> {
     let ns = cr.namespace().unwrap_or_default();
     let annotations = cr.annotations();
     if annotations.get(MIGRATION_ANNOTATION).map(String::as_str) != Some(IN_PROGRESS) {
@@ -193,7 +198,7 @@ pub async fn gather(client: &Client, cr: &ConnectivityProxy) -> Result<Facts, Er
     };
     Ok(Facts::InProgress {
         imported: annotations.contains_key(IMPORTED_ANNOTATION),
-        takeover: plan::gather(client, &ns, &id).await?,
+        takeover: plan::gather(client, proof, &ns, &id).await?,
         id,
     })
 }
@@ -296,14 +301,19 @@ async fn patch_cr(
 }
 
 /// Runs the next migration step, if any: [`gather`] → [`decide`] → [`execute`].
-pub async fn migrate(client: &Client, cr: &ConnectivityProxy) -> Result<Outcome, Error> {
-    let facts = gather(client, cr).await?;
-    execute(client, cr, decide(&cr.spec, &facts)).await
+pub async fn migrate(
+    client: &Client,
+    proof: &crate::ownership::Proof,
+    cr: &ConnectivityProxy,
+) -> Result<Outcome, Error> {
+    let facts = gather(client, proof, cr).await?;
+    execute(client, proof, cr, decide(&cr.spec, &facts)).await
 }
 
 /// Carries out `step`: exactly its writes, in order (a new takeover id is taken from the clock here).
 pub async fn execute(
     client: &Client,
+    proof: &crate::ownership::Proof,
     cr: &ConnectivityProxy,
     step: Step,
 ) -> Result<Outcome, Error> {
@@ -353,7 +363,7 @@ pub async fn execute(
             patch,
             imported,
         } => {
-            backup(client, &ns, &id, &backups).await?;
+            backup(client, proof, &ns, &id, &backups).await?;
             patch_cr(
                 client,
                 cr,
@@ -370,10 +380,10 @@ pub async fn execute(
             objects,
             left_alone,
         } => {
-            backup(client, &ns, &id, &backups).await?;
+            backup(client, proof, &ns, &id, &backups).await?;
             take_over_mapping_crd(client).await?;
             for object in &objects {
-                tear_down(client, object).await?;
+                tear_down(client, proof, object).await?;
             }
             patch_cr(
                 client,
@@ -393,7 +403,11 @@ pub async fn execute(
 }
 
 /// Adopts, deletes or keeps one legacy object (a deletion of an object already gone succeeds).
-async fn tear_down(client: &Client, object: &plan::Teardown) -> Result<(), Error> {
+async fn tear_down(
+    client: &Client,
+    proof: &crate::ownership::Proof,
+    object: &plan::Teardown,
+) -> Result<(), Error> {
     let found = &object.found;
     let Some(kind) = LEGACY_KINDS.get(found.kind_index) else {
         return Ok(());
@@ -409,11 +423,14 @@ async fn tear_down(client: &Client, object: &plan::Teardown) -> Result<(), Error
             tracing::warn!(object = %found.display(), "an object with a legacy name but no mark of the legacy installation: left alone");
         }
         Disposition::Adopt => {
-            // Relabel as ours; the install then applies our content over it.
+            // Relabel as ours, with the ownership proof; the install then applies our content over it.
+            let ns = (!found.namespace.is_empty()).then_some(found.namespace.as_str());
+            let token = proof.token_of(&ar, ns, &found.name);
             let patch = json!({"metadata": {"labels": {
                 names::LABEL_MANAGED_BY: names::MANAGED_BY_VALUE,
                 names::LABEL_MODULE: names::MODULE_VALUE,
-                names::LEGACY_LABEL_MANAGED_BY: null}}});
+                names::LEGACY_LABEL_MANAGED_BY: null},
+                "annotations": {cp_api::keys::OWNERSHIP_PROOF_ANNOTATION: token}}});
             api.patch(&found.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| Error::kube(format!("adopting legacy {}", found.display()), e))?;
@@ -454,14 +471,39 @@ async fn take_over_mapping_crd(client: &Client) -> Result<(), Error> {
 }
 
 /// Writes this takeover's backups of the live legacy ConfigMaps and the legacy service key, each once.
-async fn backup(client: &Client, ns: &str, id: &str, backups: &Backups) -> Result<(), Error> {
+/// Each backup carries the ownership proof over its data; an object already under a backup's name
+/// that is not the operator's is never overwritten ([`Error::NotOurs`]).
+async fn backup(
+    client: &Client,
+    proof: &crate::ownership::Proof,
+    ns: &str,
+    id: &str,
+    backups: &Backups,
+) -> Result<(), Error> {
     let meta = |name: &str, original: &str| {
         json!({"name": cp_api::keys::backup_name(name, id), "namespace": BACKUP_NAMESPACE, "labels": names::managed_labels(),
             "annotations": {BACKUP_OF_ANNOTATION: format!("{ns}/{original}"), TAKEOVER_ID_ANNOTATION: id}})
     };
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), BACKUP_NAMESPACE);
     for (name, data) in &backups.config_maps {
-        let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name, name), "data": data});
+        let backup_name = cp_api::keys::backup_name(name, id);
+        if cms
+            .get_opt(&backup_name)
+            .await
+            .map_err(|e| Error::kube("reading a backup", e))?
+            .is_some()
+        {
+            // Not among this takeover's proven backups (those are not written again): someone else's.
+            return Err(Error::NotOurs(format!(
+                "ConfigMap {BACKUP_NAMESPACE}/{backup_name}"
+            )));
+        }
+        let mut body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name, name), "data": data});
+        proof.stamp(
+            Kind::ConfigMap,
+            &mut body,
+            Some(&crate::ownership::backup_content(data)),
+        );
         cms.patch(
             &cp_api::keys::backup_name(name, id),
             &PatchParams::apply(names::FIELD_MANAGER),
@@ -478,11 +520,24 @@ async fn backup(client: &Client, ns: &str, id: &str, backups: &Backups) -> Resul
     if backups.service_key {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), BACKUP_NAMESPACE);
         let backup_name = cp_api::keys::backup_name(LEGACY_SERVICE_KEY, id);
-        let exists = secrets
+        let existing = secrets
             .get_opt(&backup_name)
             .await
-            .map_err(|e| Error::kube("reading the service-key backup", e))?
-            .is_some();
+            .map_err(|e| Error::kube("reading the service-key backup", e))?;
+        let exists = existing.is_some();
+        if let Some(b) = existing {
+            let content = crate::ownership::backup_content(&crate::ownership::secret_strings(
+                &b.data.clone().unwrap_or_default(),
+            ));
+            if !proof
+                .standing_with(Kind::Secret, &b.metadata, Some(&content))
+                .ours()
+            {
+                return Err(Error::NotOurs(format!(
+                    "Secret {BACKUP_NAMESPACE}/{backup_name}"
+                )));
+            }
+        }
         if !exists
             && let Some(key) = Api::<Secret>::namespaced(client.clone(), ns)
                 .get_opt(LEGACY_SERVICE_KEY)
@@ -498,7 +553,12 @@ async fn backup(client: &Client, ns: &str, id: &str, backups: &Backups) -> Resul
                     (k, base64::engine::general_purpose::STANDARD.encode(v.0))
                 })
                 .collect();
-            let body = json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta(LEGACY_SERVICE_KEY, LEGACY_SERVICE_KEY), "data": data});
+            let mut body = json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta(LEGACY_SERVICE_KEY, LEGACY_SERVICE_KEY), "data": data});
+            proof.stamp(
+                Kind::Secret,
+                &mut body,
+                Some(&crate::ownership::backup_content(&data)),
+            );
             secrets
                 .patch(
                     &backup_name,

@@ -17,6 +17,7 @@ use serde_json::Value;
 use super::import::import;
 use super::legacy::{Action, LEGACY_KINDS, LEGACY_SERVICE_KEY};
 use crate::Error;
+use crate::desired::Kind;
 
 use cp_api::keys::{BACKUP_NAMESPACE, backup_name};
 
@@ -65,8 +66,12 @@ pub struct Facts {
     pub legacy_statefulset: bool,
     /// Data of the legacy ConfigMaps as they are in the cluster now (absent or adopted: `None`).
     pub live: BTreeMap<String, BTreeMap<String, String>>,
-    /// Data of this takeover's backups, by legacy ConfigMap name.
+    /// Data of this takeover's backups, by legacy ConfigMap name (only those with the operator's
+    /// ownership proof over their data).
     pub backups: BTreeMap<String, BTreeMap<String, String>>,
+    /// Objects under this takeover's backup names without that proof (`Kind ns/name`): never
+    /// restored from, never overwritten.
+    pub unproven_backups: Vec<String>,
     /// The legacy service-key Secret exists and is not the operator's.
     pub legacy_service_key: bool,
     /// Every legacy object present.
@@ -150,7 +155,12 @@ pub fn is_ours(labels: &BTreeMap<String, String>) -> bool {
 }
 
 /// Reads everything the plan needs, with reads only.
-pub async fn gather(client: &Client, ns: &str, id: &str) -> Result<Facts, Error> {
+pub async fn gather(
+    client: &Client,
+    proof: &crate::ownership::Proof,
+    ns: &str,
+    id: &str,
+) -> Result<Facts, Error> {
     let mut facts = Facts {
         legacy_statefulset: Api::<StatefulSet>::namespaced(client.clone(), ns)
             .get_opt(names::STATEFULSET)
@@ -176,9 +186,19 @@ pub async fn gather(client: &Client, ns: &str, id: &str) -> Result<Facts, Error>
                 .await
                 .map_err(|e| Error::kube("reading a backup", e))?
         {
-            facts
-                .backups
-                .insert(name.into(), b.data.unwrap_or_default());
+            let data = b.data.clone().unwrap_or_default();
+            let content = crate::ownership::backup_content(&data);
+            if proof
+                .standing_with(Kind::ConfigMap, &b.metadata, Some(&content))
+                .ours()
+            {
+                facts.backups.insert(name.into(), data);
+            } else {
+                facts.unproven_backups.push(format!(
+                    "ConfigMap {BACKUP_NAMESPACE}/{}",
+                    backup_name(name, id)
+                ));
+            }
         }
     }
     facts.legacy_service_key = Api::<Secret>::namespaced(client.clone(), ns)
@@ -238,6 +258,13 @@ pub fn plan(spec: &ConnectivityProxySpec, facts: &Facts, id: &str) -> Plan {
     if !facts.legacy_statefulset && facts.found.iter().all(|f| f.ours) {
         return p;
     }
+    // A backup someone else wrote (or edited) is neither restored from nor overwritten.
+    p.left_alone.extend(
+        facts
+            .unproven_backups
+            .iter()
+            .map(|b| format!("{b} (a backup without the operator's ownership proof)")),
+    );
     // The legacy ConfigMap in the cluster is the truth while it exists; the backup covers a crash
     // after it was adopted.
     let source = |name: &str| facts.live.get(name).or_else(|| facts.backups.get(name));

@@ -104,6 +104,8 @@ pub struct Install {
     pub published: Vec<std::sync::Arc<cp_api::ServiceMapping>>,
     /// The ServiceMappings left out because an older one has the same key.
     pub conflicts: Vec<crate::mappings::Conflict>,
+    /// Objects with the operator's labels but no ownership proof, left alone (`Kind ns/name`).
+    pub unproven: Vec<String>,
 }
 
 fn blocked(state: State, passed: Vec<Cond>, failed: Cond, then: Then) -> Plan {
@@ -308,6 +310,7 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         Reason::ConfigurationValid,
         format!("tunnel host {}", resolved.external_host),
     );
+    let auditlog_problem = auditlog_problem(cr, facts, &mut resolved);
     let provider = crate::certificates::provider(
         facts.apis.gardener,
         facts.apis.cert_manager,
@@ -344,6 +347,24 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
     objects.extend(key.objects.iter().cloned());
     let (ca_object, ca_problem, keep_ca) = connectivity_ca_object(cr, &resolved, facts);
     objects.extend(ca_object);
+    // An object under a name the operator renders wears its labels without its proof: nothing is
+    // written (the rest of the install would build on an object someone else controls).
+    if let Some(d) = objects.iter().find(|d| {
+        let key = (d.kind, d.namespace.clone(), d.name.clone());
+        facts.unproven.contains(&key)
+    }) {
+        let failed = Cond::failed(
+            types::INSTALLED,
+            Reason::ObjectNotOwned,
+            crate::apply::not_ours(d).to_string(),
+        );
+        return blocked(
+            State::Warning,
+            vec![deps, config],
+            failed,
+            Then::Requeue(OUTSIDE_RECHECK),
+        );
+    }
     let passed = vec![deps, config];
     // Each body is serialised once here, for its hash and its size (the mappings ConfigMap's).
     let digests: Vec<crate::apply::Digest> = objects.iter().map(crate::apply::Digest::of).collect();
@@ -354,6 +375,7 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         facts,
         mappings_size,
         ca_problem,
+        auditlog_problem,
         key_waiting: key.waiting.clone(),
         published: published.len(),
         conflicts: &conflicts,
@@ -384,7 +406,44 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         tunnel,
         published,
         conflicts,
+        unproven: facts.unproven.iter().map(describe).collect(),
     }))
+}
+
+/// Why the audit log Secret the CR names is not projected into the proxy, if it is not: absent, not
+/// opted in or another module's, in one message (a CR editor who may not read Secrets learns neither
+/// whether it exists nor what it holds). `resolved` then projects none.
+fn auditlog_problem(
+    cr: &ConnectivityProxy,
+    facts: &Facts,
+    resolved: &mut Resolved,
+) -> Option<String> {
+    let name = resolved.auditlog_secret.clone()?;
+    let usable = facts
+        .auditlog_secret
+        .as_ref()
+        .is_some_and(|s| crate::btp::usable_by_proxy(s, cr));
+    if usable {
+        return None;
+    }
+    resolved.auditlog_secret = None;
+    let ns = cr.namespace().unwrap_or_default();
+    Some(format!(
+        "Secret {ns}/{name}, named in spec.secretConfig.integration.auditlogService.secretName, is not \
+         usable by the proxy: it must exist, belong to no other Kyma module and carry the label {label}=true \
+         (its owner's consent: kubectl label secret {name} -n {ns} {label}=true); the proxy runs without \
+         it until then",
+        label = cp_api::keys::USABLE_BY_PROXY_LABEL
+    ))
+}
+
+/// `Kind namespace/name` of a key.
+fn describe((kind, ns, name): &Key) -> String {
+    let kind = kind.api_resource().kind;
+    match ns {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
 }
 
 /// The objects that differ from their cached state, and the owned objects no longer desired.
@@ -400,6 +459,7 @@ fn changes(
     for (d, digest) in objects.iter().zip(digests) {
         let key = (d.kind, d.namespace.clone(), d.name.clone());
         let live = facts.owned.get(&key);
+        let adopted = facts.adopted.contains(&key);
         desired_keys.insert(key);
         let too_large = skip_mappings
             && d.kind == Kind::ConfigMap
@@ -407,7 +467,13 @@ fn changes(
         if too_large {
             continue;
         }
-        if let Some(why) = crate::apply::apply_reason_with(d, digest, live) {
+        let why = if adopted {
+            // An earlier release's object: written once more, with the ownership proof.
+            Some("adopted: the ownership proof is added".to_string())
+        } else {
+            crate::apply::apply_reason_with(d, digest, live)
+        };
+        if let Some(why) = why {
             writes.push(Write {
                 desired: d.clone(),
                 digest: digest.clone(),
@@ -486,6 +552,7 @@ struct Report<'a> {
     facts: &'a Facts,
     mappings_size: usize,
     ca_problem: Option<String>,
+    auditlog_problem: Option<String>,
     key_waiting: Option<String>,
     published: usize,
     conflicts: &'a [crate::mappings::Conflict],
@@ -539,6 +606,10 @@ impl Report<'_> {
         }
         if let Some(problem) = &self.ca_problem {
             let (state, reason) = (State::Warning, Reason::ConnectivityCAUnavailable);
+            return installed_failed(state, reason, problem.clone(), OUTSIDE_RECHECK);
+        }
+        if let Some(problem) = &self.auditlog_problem {
+            let (state, reason) = (State::Warning, Reason::AuditLogSecretNotUsable);
             return installed_failed(state, reason, problem.clone(), OUTSIDE_RECHECK);
         }
         if let Some(waiting) = &self.key_waiting {

@@ -128,6 +128,7 @@ impl TestFacts {
             binding: Some(mk_binding(Some(true))),
             key_secret: Some(mk_key_secret(true)),
             service_key: Ok(crate::btp::Outcome::default()),
+            auditlog_secret: None,
             tunnel_ca: None,
             tunnel_tls: None,
             tunnel_rotation: None,
@@ -136,6 +137,8 @@ impl TestFacts {
                 pem: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n".into(),
             },
             owned: BTreeMap::new(),
+            adopted: Default::default(),
+            unproven: vec![],
             statefulset: Some(mk_statefulset(1, 1, 1)),
             pod_problem: None,
         })
@@ -308,6 +311,116 @@ fn drift_is_written_back_and_stale_objects_are_pruned() {
         "a cached object is ours: no read first"
     );
     assert_eq!(i.prune, vec![stale]);
+}
+
+#[test]
+fn an_adopted_object_is_written_once_more_and_an_unproven_one_is_never_touched() {
+    let cr = mk_default_cr();
+    let mut facts = TestFacts::ready().applied(&cr);
+    let info = (
+        Kind::ConfigMap,
+        Some("kyma-system".into()),
+        names::CONFIGMAP_INFO.to_string(),
+    );
+    // An earlier release's object, unchanged: written again to carry the proof.
+    facts.0.adopted.insert(info.clone());
+    // A user's object wearing the operator's labels under a name the operator does not render.
+    let foreign = (
+        Kind::ConfigMap,
+        Some("kyma-system".into()),
+        "user-config".to_string(),
+    );
+    facts.0.unproven.push(foreign.clone());
+    let i = install(run(&cr, &facts));
+    assert_eq!(i.writes.len(), 1);
+    assert_eq!(i.writes[0].desired.name, names::CONFIGMAP_INFO);
+    assert!(
+        i.writes[0].why.contains("ownership proof"),
+        "{}",
+        i.writes[0].why
+    );
+    assert!(
+        i.prune.is_empty(),
+        "an unproven object is never pruned: {:?}",
+        i.prune
+    );
+    assert_eq!(
+        i.unproven,
+        vec!["ConfigMap kyma-system/user-config".to_string()]
+    );
+
+    // Under a name the operator renders: nothing at all is written, and the status names it.
+    let mut facts = TestFacts::ready().applied(&cr);
+    facts.0.owned.remove(&info);
+    facts.0.unproven.push(info);
+    let Plan::Blocked { status, .. } = run(&cr, &facts) else {
+        panic!("an unproven object under a rendered name blocks the install");
+    };
+    assert_eq!(
+        (status.state, status.reason),
+        (State::Warning, Reason::ObjectNotOwned)
+    );
+    assert!(
+        status
+            .description
+            .contains("ConfigMap kyma-system/connectivity-proxy-info")
+            && status.description.contains("ownership proof"),
+        "{}",
+        status.description
+    );
+}
+
+#[test]
+fn an_audit_log_secret_is_projected_only_with_its_owners_consent() {
+    let mut spec = default_spec();
+    spec["secretConfig"]["integration"]["auditlogService"] = json!({"secretName": "audit"});
+    let cr = mk_cr(spec);
+    let projected = |i: &Install| {
+        let sts = i
+            .writes
+            .iter()
+            .find(|w| w.desired.kind == Kind::StatefulSet)
+            .map(|w| w.desired.body.to_string())
+            .unwrap_or_default();
+        sts.contains("\"audit\"")
+    };
+    let secret = |labels: serde_json::Value| -> k8s_openapi::api::core::v1::Secret {
+        serde_json::from_value(
+            json!({"metadata": {"name": "audit", "namespace": "kyma-system",
+            "labels": labels}, "data": {"k": "dg=="}}),
+        )
+        .expect("secret")
+    };
+    // Absent, not opted in, another module's: one message, no projection, everything else applied.
+    let mut messages = std::collections::BTreeSet::new();
+    for s in [
+        None,
+        Some(secret(json!({}))),
+        Some(secret(json!({cp_api::keys::USABLE_BY_PROXY_LABEL: "true",
+            names::LABEL_MODULE: "telemetry"}))),
+    ] {
+        let facts = TestFacts::ready().with(|f| f.auditlog_secret = s);
+        let i = install(run(&cr, &facts));
+        assert!(!projected(&i), "projected without consent");
+        assert_eq!(
+            (i.status.state, i.status.reason),
+            (State::Warning, Reason::AuditLogSecretNotUsable)
+        );
+        messages.insert(i.status.description.clone());
+    }
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    let msg = messages.into_iter().next().unwrap_or_default();
+    assert!(
+        msg.contains("kubectl label secret audit -n kyma-system"),
+        "{msg}"
+    );
+    // With the label: projected, and the status is the usual one.
+    let facts = TestFacts::ready().with(|f| {
+        f.auditlog_secret = Some(secret(json!({cp_api::keys::USABLE_BY_PROXY_LABEL: "true"})))
+    });
+    let i = install(run(&cr, &facts));
+    assert!(projected(&i));
+    assert_ne!(i.status.reason, Reason::AuditLogSecretNotUsable);
 }
 
 #[test]

@@ -47,6 +47,7 @@ fn render(legacy: &str) -> String {
         subaccount_id: config["subaccountId"].as_str().map(String::from),
         subaccount_subdomain: config["subaccountSubdomain"].as_str().map(String::from),
         secrets_hash: None,
+        auditlog_secret: None,
     };
     render_config(&cr, &resolved)
 }

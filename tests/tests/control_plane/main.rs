@@ -16,6 +16,8 @@ mod migration;
 mod migration_again;
 mod migration_crash;
 mod migration_preview;
+mod ownership;
+mod ownership_backup;
 mod reliability;
 mod restart_migration;
 mod restart_reconcile;

@@ -470,6 +470,22 @@ async fn a_second_cr_gets_a_warning_and_changes_nothing() {
     make_ready(admin, NS, "connectivity-proxy").await;
     // A second CR in the module's namespace (one elsewhere is OutsideModuleNamespace, see below).
     let other_ns = NS.to_string();
+    // The oldest CR is the primary, by creation second, then by name ("another" sorts first): the
+    // second CR comes in a later second than the first.
+    let first = Api::<ConnectivityProxy>::namespaced(admin.clone(), NS)
+        .get("connectivity-proxy")
+        .await
+        .expect("CR")
+        .metadata
+        .creation_timestamp
+        .expect("created")
+        .0
+        .as_second();
+    cp_tests::wait::until("a second after the first CR's", Duration::from_secs(5), || async move {
+        Ok((time::OffsetDateTime::now_utc().unix_timestamp() > first).then_some(()))
+    })
+    .await
+    .expect("clock");
     let offset = env.cp.audit_offset();
     create_default_cr(admin, &other_ns, "another").await;
     let cr = wait_state(
