@@ -257,7 +257,13 @@ pub fn secret_strings(data: &BTreeMap<String, ByteString>) -> BTreeMap<String, S
 
 /// Reads the key Secret, or creates it (with a fresh random key and the adoption window open) when
 /// it does not exist yet: the first start of a release with ownership proofs.
-pub async fn load_or_create(client: &Client) -> Result<Proof, Error> {
+///
+/// `owner` (the module's CRD) owns the key as it owns the webhook Secrets and the Lease: the key goes
+/// when the module is uninstalled.
+pub async fn load_or_create(
+    client: &Client,
+    owner: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+) -> Result<Proof, Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
     for _ in 0..3 {
         if let Some(s) = secrets
@@ -274,6 +280,7 @@ pub async fn load_or_create(client: &Client) -> Result<Proof, Error> {
                 namespace: Some(names::KYMA_SYSTEM.into()),
                 labels: Some(names::managed_labels()),
                 annotations: Some([(ADOPTING_ANNOTATION.to_string(), "true".to_string())].into()),
+                owner_references: owner.map(|o| vec![o.clone()]),
                 ..Default::default()
             },
             type_: Some("Opaque".into()),

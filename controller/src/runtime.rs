@@ -136,7 +136,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     // The key of the ownership proofs: read (or created, once) before anything is written.
     let proof = Arc::new(
-        crate::ownership::load_or_create(&client)
+        crate::ownership::load_or_create(&client, module_owner.as_ref())
             .await
             .context("the ownership key")?,
     );
