@@ -82,17 +82,14 @@ impl Proof {
         }
     }
 
-    /// A fixed key with the window closed (unit tests and the offline `migrate-plan`).
-    pub fn for_tests() -> Self {
+    /// A fixed, public key with the window closed: nothing in a cluster carries its proofs (unit
+    /// tests, and `migrate-plan` where the real key cannot be read).
+    pub fn without_key() -> Self {
         Self::new(b"connectivity-proxy-operator-tests-only-key", None)
     }
 
-    fn message(kind: Kind, namespace: Option<&str>, name: &str, content: Option<&[u8]>) -> Vec<u8> {
-        let ar = kind.api_resource();
-        Self::message_of(&ar, namespace, name, content)
-    }
-
-    fn message_of(
+    /// What is signed: `group/kind`, namespace and name, one per line, then `content` (a backup's).
+    fn message(
         ar: &kube::core::ApiResource,
         namespace: Option<&str>,
         name: &str,
@@ -120,12 +117,7 @@ impl Proof {
         name: &str,
         content: Option<&[u8]>,
     ) -> String {
-        use base64::Engine;
-        let tag = hmac::sign(&self.key, &Self::message(kind, namespace, name, content));
-        format!(
-            "{PREFIX}{}",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tag.as_ref())
-        )
+        self.token_of(&kind.api_resource(), namespace, name, content)
     }
 
     /// [`Proof::token`] of an object of any API (a legacy object the takeover adopts).
@@ -134,9 +126,10 @@ impl Proof {
         ar: &kube::core::ApiResource,
         namespace: Option<&str>,
         name: &str,
+        content: Option<&[u8]>,
     ) -> String {
         use base64::Engine;
-        let tag = hmac::sign(&self.key, &Self::message_of(ar, namespace, name, None));
+        let tag = hmac::sign(&self.key, &Self::message(ar, namespace, name, content));
         format!(
             "{PREFIX}{}",
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tag.as_ref())
@@ -160,7 +153,12 @@ impl Proof {
             return false;
         };
         let name = meta.name.as_deref().unwrap_or_default();
-        let message = Self::message(kind, meta.namespace.as_deref(), name, content);
+        let message = Self::message(
+            &kind.api_resource(),
+            meta.namespace.as_deref(),
+            name,
+            content,
+        );
         hmac::verify(&self.key, &message, &tag).is_ok()
     }
 
@@ -372,7 +370,7 @@ mod tests {
 
     #[test]
     fn a_label_alone_is_not_ownership() {
-        let p = Proof::for_tests();
+        let p = Proof::without_key();
         let m = meta("user-cm", true, 100);
         assert_eq!(p.standing(Kind::ConfigMap, &m), Standing::Unproven);
         assert_eq!(
@@ -385,7 +383,7 @@ mod tests {
 
     #[test]
     fn a_proof_is_bound_to_its_object_and_key() {
-        let p = Proof::for_tests();
+        let p = Proof::without_key();
         let proven = stamped(&p, Kind::ConfigMap, &meta("a", true, 1), None);
         // Copied onto another name, another kind, or checked with another key: worthless.
         let mut other = proven.clone();
@@ -402,7 +400,7 @@ mod tests {
 
     #[test]
     fn a_backup_proof_covers_its_data() {
-        let p = Proof::for_tests();
+        let p = Proof::without_key();
         let data: BTreeMap<String, String> = [("a".to_string(), "1".to_string())].into();
         let m = stamped(
             &p,
@@ -451,7 +449,7 @@ mod tests {
 
     #[test]
     fn stamping_writes_the_proof_the_check_accepts() {
-        let p = Proof::for_tests();
+        let p = Proof::without_key();
         let mut body = json!({"metadata": {"name": "n", "namespace": "kyma-system", "labels": names::managed_labels()}});
         p.stamp(Kind::Service, &mut body, None);
         let m: ObjectMeta = serde_json::from_value(body["metadata"].clone()).unwrap();

@@ -68,7 +68,7 @@ pub async fn migrate_plan(namespace: &str, name: &str, output: &str) -> anyhow::
     {
         Ok(Some(s)) => crate::ownership::from_secret(&s)?,
         // No controller has run yet: nothing carries a proof.
-        Ok(None) => crate::ownership::Proof::for_tests(),
+        Ok(None) => crate::ownership::Proof::without_key(),
         Err(e) => {
             if output != "json" {
                 println!(
@@ -77,7 +77,7 @@ pub async fn migrate_plan(namespace: &str, name: &str, output: &str) -> anyhow::
                     names::OWNERSHIP_KEY_SECRET
                 );
             }
-            crate::ownership::Proof::for_tests()
+            crate::ownership::Proof::without_key()
         }
     };
     let facts = crate::migration::plan::gather(&client, &proof, namespace, gather_id)

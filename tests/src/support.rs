@@ -74,6 +74,20 @@ pub async fn scenario() -> Env {
     }
 }
 
+/// For a group that runs its own controller: the operator's CRDs, `kyma-system` and the Istio
+/// namespace, Istio's and the BTP operator's CRDs, and shoot-info with `domain`.
+pub async fn prepare_cluster(admin: &Client, domain: &str) {
+    install_our_crds(admin).await;
+    for ns in [NS, cp_api::names::ISTIO_NAMESPACE] {
+        crate::cluster::ensure_namespace(admin, ns)
+            .await
+            .expect("namespace");
+    }
+    install_istio(admin).await;
+    install_btp(admin).await;
+    set_domain(admin, Some(domain)).await;
+}
+
 /// Installs Istio's CRDs.
 pub async fn install_istio(admin: &Client) {
     manifest::apply_file(admin, &fixtures::path(fixtures::ISTIO_CRDS), None)

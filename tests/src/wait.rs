@@ -118,3 +118,61 @@ where
     })
     .await
 }
+
+/// Waits until this host's clock (the API server's) is a whole second past `meta`'s
+/// creationTimestamp, so that an object created next is strictly younger (timestamps have
+/// one-second resolution). Panics without one: for tests.
+pub async fn a_second_past(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
+    let created = meta
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .expect("creationTimestamp");
+    until(
+        &format!(
+            "the clock a second past {:?}'s creation",
+            meta.name.as_deref().unwrap_or_default()
+        ),
+        Duration::from_secs(3),
+        || async move {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            Ok((now.as_second() > created).then_some(()))
+        },
+    )
+    .await
+    .expect("clock");
+}
+
+/// Waits until a Warning Event in `namespace` matches `matches`; returns its note.
+pub async fn warning_event(
+    client: &kube::Client,
+    namespace: &str,
+    what: &str,
+    timeout: Duration,
+    matches: impl Fn(&k8s_openapi::api::events::v1::Event) -> bool,
+) -> anyhow::Result<String> {
+    let events: kube::api::Api<k8s_openapi::api::events::v1::Event> =
+        kube::api::Api::namespaced(client.clone(), namespace);
+    let matches = &matches;
+    until(what, timeout, || {
+        let events = events.clone();
+        async move {
+            let list = events
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let found = list
+                .items
+                .iter()
+                .find(|e| e.type_.as_deref() == Some("Warning") && matches(e));
+            match found {
+                Some(e) => Ok(Some(e.note.clone().unwrap_or_default())),
+                None => Err(format!(
+                    "{} Events in {namespace}, none matching",
+                    list.items.len()
+                )),
+            }
+        }
+    })
+    .await
+}

@@ -425,7 +425,7 @@ async fn tear_down(
         Disposition::Adopt => {
             // Relabel as ours, with the ownership proof; the install then applies our content over it.
             let ns = (!found.namespace.is_empty()).then_some(found.namespace.as_str());
-            let token = proof.token_of(&ar, ns, &found.name);
+            let token = proof.token_of(&ar, ns, &found.name, None);
             let patch = json!({"metadata": {"labels": {
                 names::LABEL_MANAGED_BY: names::MANAGED_BY_VALUE,
                 names::LABEL_MODULE: names::MODULE_VALUE,
@@ -505,7 +505,7 @@ async fn backup(
             Some(&crate::ownership::backup_content(data)),
         );
         cms.patch(
-            &cp_api::keys::backup_name(name, id),
+            &backup_name,
             &PatchParams::apply(names::FIELD_MANAGER),
             &Patch::Apply(&body),
         )
@@ -526,9 +526,8 @@ async fn backup(
             .map_err(|e| Error::kube("reading the service-key backup", e))?;
         let exists = existing.is_some();
         if let Some(b) = existing {
-            let content = crate::ownership::backup_content(&crate::ownership::secret_strings(
-                &b.data.clone().unwrap_or_default(),
-            ));
+            let strings = b.data.as_ref().map(crate::ownership::secret_strings);
+            let content = crate::ownership::backup_content(&strings.unwrap_or_default());
             if !proof
                 .standing_with(Kind::Secret, &b.metadata, Some(&content))
                 .ours()
@@ -544,15 +543,7 @@ async fn backup(
                 .await
                 .map_err(|e| Error::kube("reading the legacy service-key Secret", e))?
         {
-            let data: BTreeMap<String, String> = key
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| {
-                    use base64::Engine;
-                    (k, base64::engine::general_purpose::STANDARD.encode(v.0))
-                })
-                .collect();
+            let data = crate::ownership::secret_strings(&key.data.unwrap_or_default());
             let mut body = json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta(LEGACY_SERVICE_KEY, LEGACY_SERVICE_KEY), "data": data});
             proof.stamp(
                 Kind::Secret,

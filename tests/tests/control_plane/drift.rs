@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use cp_api::kinds::Kind;
 use cp_api::names;
 use cp_tests::controller::ControllerProcess;
-use cp_tests::fixtures::install_our_crds;
 use cp_tests::shared::control_plane;
 use cp_tests::support::{self, NS};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
@@ -50,15 +49,7 @@ async fn repaired(
 async fn drift_in_every_managed_kind_is_repaired_within_seconds_not_at_the_resync() {
     let cp = control_plane();
     let admin = cp.admin().await.expect("admin");
-    install_our_crds(&admin).await;
-    for ns in [NS, names::ISTIO_NAMESPACE] {
-        cp_tests::cluster::ensure_namespace(&admin, ns)
-            .await
-            .expect("namespace");
-    }
-    support::install_istio(&admin).await;
-    support::install_btp(&admin).await;
-    support::set_domain(&admin, Some("drift.kyma.example.com")).await;
+    support::prepare_cluster(&admin, "drift.kyma.example.com").await;
     let _controller = ControllerProcess::start(&cp, "cp-controller", &["--resync-seconds=600"])
         .await
         .expect("controller");

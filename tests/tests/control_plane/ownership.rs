@@ -9,13 +9,12 @@ use std::time::Duration;
 use cp_api::keys::{ADOPTING_ANNOTATION, OWNERSHIP_PROOF_ANNOTATION};
 use cp_api::{ConnectivityProxy, State, names};
 use cp_tests::controller::ControllerProcess;
-use cp_tests::fixtures::install_our_crds;
 use cp_tests::shared::control_plane;
 use cp_tests::support::{self, NS};
 use cp_tests::wait::Presence;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const CR: &str = "connectivity-proxy";
@@ -36,25 +35,14 @@ fn proof_of(cm: &ConfigMap) -> Option<String> {
 
 /// Waits for a Warning Event with `reason` whose note names `what`.
 async fn warning_naming(admin: &kube::Client, reason: &str, what: &str) -> String {
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), NS);
-    cp_tests::wait::until(
+    cp_tests::wait::warning_event(
+        admin,
+        NS,
         &format!("a Warning {reason} naming {what}"),
         Duration::from_secs(30),
-        || {
-            let events = events.clone();
-            async move {
-                let list = events
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(list.items.into_iter().find_map(|e| {
-                    let note = e.note.clone().unwrap_or_default();
-                    (e.reason.as_deref() == Some(reason)
-                        && e.type_.as_deref() == Some("Warning")
-                        && note.contains(what))
-                    .then_some(note)
-                }))
-            }
+        |e| {
+            e.reason.as_deref() == Some(reason)
+                && e.note.as_deref().is_some_and(|n| n.contains(what))
         },
     )
     .await
@@ -65,15 +53,7 @@ async fn warning_naming(admin: &kube::Client, reason: &str, what: &str) -> Strin
 async fn only_objects_with_the_ownership_proof_are_written_pruned_or_deleted() {
     let cp = control_plane();
     let admin = cp.admin().await.expect("admin");
-    install_our_crds(&admin).await;
-    for ns in [NS, names::ISTIO_NAMESPACE] {
-        cp_tests::cluster::ensure_namespace(&admin, ns)
-            .await
-            .expect("namespace");
-    }
-    support::install_istio(&admin).await;
-    support::install_btp(&admin).await;
-    support::set_domain(&admin, Some("owner.kyma.example.com")).await;
+    support::prepare_cluster(&admin, "owner.kyma.example.com").await;
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), NS);
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
 

@@ -40,25 +40,8 @@ async fn a_forged_backup_is_never_restored_from_nor_overwritten() {
     .expect("key");
     // Objects of the key's own second count as older than the key (timestamps have whole seconds):
     // the forgery comes later.
-    let key_created = secrets
-        .get(names::OWNERSHIP_KEY_SECRET)
-        .await
-        .expect("key")
-        .metadata
-        .creation_timestamp
-        .expect("created")
-        .0
-        .as_second();
-    cp_tests::wait::until(
-        "a second after the key's",
-        Duration::from_secs(5),
-        || async move {
-            let now = time::OffsetDateTime::now_utc().unix_timestamp();
-            Ok((now > key_created).then_some(()))
-        },
-    )
-    .await
-    .expect("clock");
+    let key = secrets.get(names::OWNERSHIP_KEY_SECRET).await.expect("key");
+    cp_tests::wait::a_second_past(&key.metadata).await;
 
     // Someone who may write ConfigMaps in kyma-system plants this takeover's backup, labelled.
     let name = backup_name(names::CONFIGMAP_CONFIG, ID);

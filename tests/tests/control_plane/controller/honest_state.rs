@@ -52,58 +52,19 @@ async fn wait_published(admin: &Client, names: &[&str], what: &str) {
 /// Waits for a Warning Event about the cluster-scoped ServiceMapping `name` whose note contains `text`.
 async fn wait_mapping_warning(admin: &Client, name: &str, text: &str) -> String {
     // Events about cluster-scoped objects live in namespace default.
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(admin.clone(), "default");
-    cp_tests::wait::until(
+    cp_tests::wait::warning_event(
+        admin,
+        "default",
         &format!("a Warning Event on ServiceMapping {name} naming {text}"),
         Duration::from_secs(20),
-        || {
-            let events = events.clone();
-            async move {
-                let list = events
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let found = list.items.iter().find(|e| {
-                    e.type_.as_deref() == Some("Warning")
-                        && e.regarding.as_ref().and_then(|r| r.kind.as_deref())
-                            == Some("ServiceMapping")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                        && e.note.as_deref().is_some_and(|n| n.contains(text))
-                });
-                match found {
-                    Some(e) => Ok(Some(e.note.clone().unwrap_or_default())),
-                    None => Err(format!(
-                        "{} Events in default, none matching",
-                        list.items.len()
-                    )),
-                }
-            }
+        |e| {
+            e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("ServiceMapping")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.note.as_deref().is_some_and(|n| n.contains(text))
         },
     )
     .await
     .expect("Warning Event on the losing mapping")
-}
-
-/// Waits until the API server's clock (this host's) is a whole second past `m`'s creationTimestamp,
-/// so that a mapping created next is strictly younger (timestamps have one-second resolution).
-async fn wait_a_second_past(m: &ServiceMapping) {
-    let created = m
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0)
-        .expect("creationTimestamp");
-    cp_tests::wait::until(
-        "the clock a second past the first mapping's creation",
-        Duration::from_secs(3),
-        || async move {
-            let now = k8s_openapi::jiff::Timestamp::now();
-            Ok((now.as_second() > created.as_second()).then_some(()))
-        },
-    )
-    .await
-    .expect("clock");
 }
 
 fn dup(name: &str, subaccount: &str, service: &str, address: &str) -> ServiceMapping {
@@ -130,7 +91,7 @@ async fn duplicate_service_mappings_publish_only_the_oldest_and_warn_on_the_othe
         .await
         .expect("first mapping");
     wait_published(admin, &["dup-z-oldest"], "the first mapping published").await;
-    wait_a_second_past(&oldest).await;
+    cp_tests::wait::a_second_past(&oldest.metadata).await;
     api.create(&pp, &dup("dup-a-newer", "sub-1", "erp", "new.apps:80"))
         .await
         .expect("a duplicate");

@@ -475,17 +475,8 @@ async fn a_second_cr_gets_a_warning_and_changes_nothing() {
     let first = Api::<ConnectivityProxy>::namespaced(admin.clone(), NS)
         .get("connectivity-proxy")
         .await
-        .expect("CR")
-        .metadata
-        .creation_timestamp
-        .expect("created")
-        .0
-        .as_second();
-    cp_tests::wait::until("a second after the first CR's", Duration::from_secs(5), || async move {
-        Ok((time::OffsetDateTime::now_utc().unix_timestamp() > first).then_some(()))
-    })
-    .await
-    .expect("clock");
+        .expect("CR");
+    cp_tests::wait::a_second_past(&first.metadata).await;
     let offset = env.cp.audit_offset();
     create_default_cr(admin, &other_ns, "another").await;
     let cr = wait_state(
