@@ -101,8 +101,10 @@ pub async fn serve_with(
 ) -> anyhow::Result<()> {
     let (cert, key) = cp_webhook::tls::read_files(&cert_file.into(), &key_file.into())?;
     let store = Arc::new(cp_webhook::tls::CertStore::new(&cert, &key)?);
-    let acceptor =
-        tokio_rustls::TlsAcceptor::from(Arc::new(cp_webhook::tls::server_config(store)?));
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cp_webhook::tls::server_config(
+        store,
+        &Default::default(),
+    )?));
     let state = AppState {
         policy: Arc::new(cp_webhook::privileged::LivePolicy::new(Default::default())),
         caches: None,

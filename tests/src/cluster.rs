@@ -218,6 +218,46 @@ impl ControlPlane {
             now + year,
             KeyAlgorithm::default(),
         )?;
+        // The API server authenticates itself to webhooks with a client certificate of its own CA
+        // (its --admission-control-config-file), as a platform may configure it; a webhook started
+        // with --client-ca-file=<admission_client_ca_file()> then accepts only the API server.
+        let admission_ca = Ca::generate(
+            "cp-test-admission-client-ca",
+            now,
+            now + year,
+            KeyAlgorithm::default(),
+        )?;
+        let admission_client = admission_ca.issue(&LeafSpec::client(
+            "kube-apiserver-admission-client",
+            &[],
+            now,
+            year,
+        ))?;
+        write(&dir, "admission-client-ca.crt", &admission_ca.cert_pem)?;
+        write(&dir, "admission-client.crt", &admission_client.cert_pem)?;
+        write(&dir, "admission-client.key", &admission_client.key_pem)?;
+        write(
+            &dir,
+            "admission-client.kubeconfig",
+            &format!(
+                "apiVersion: v1\nkind: Config\nusers:\n- name: '*'\n  user:\n    client-certificate: {}\n    client-key: {}\n",
+                dir.join("admission-client.crt").display(),
+                dir.join("admission-client.key").display()
+            ),
+        )?;
+        let webhook_admission = format!(
+            "  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: {}\n",
+            dir.join("admission-client.kubeconfig").display()
+        );
+        write(
+            &dir,
+            "admission-config.yaml",
+            &format!(
+                "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n\
+                 - name: ValidatingAdmissionWebhook\n{webhook_admission}\
+                 - name: MutatingAdmissionWebhook\n{webhook_admission}"
+            ),
+        )?;
         let sa_key = rcgen::KeyPair::generate()?;
         write(&dir, "serving-ca.crt", &serving_ca.cert_pem)?;
         write(&dir, "apiserver.crt", &serving.cert_pem)?;
@@ -310,6 +350,10 @@ impl ControlPlane {
             format!("--service-account-signing-key-file={}", d("sa.key")),
             "--allow-privileged=true".into(),
             "--enable-priority-and-fairness=false".into(),
+            format!(
+                "--admission-control-config-file={}",
+                d("admission-config.yaml")
+            ),
             format!("--audit-policy-file={}", d("audit-policy.yaml")),
             format!("--audit-log-path={}", d("audit.log")),
             "--audit-log-format=json".into(),
@@ -651,6 +695,12 @@ impl ControlPlane {
         };
         let yaml = self.kubeconfig_yaml(identity, token.as_deref())?;
         client_from_kubeconfig(&yaml).await
+    }
+
+    /// The CA (PEM file) of the client certificate the API server presents to webhooks: a webhook
+    /// given it as `--client-ca-file` answers only the API server.
+    pub fn admission_client_ca_file(&self) -> PathBuf {
+        self.dir.join("admission-client-ca.crt")
     }
 
     /// The admin client.

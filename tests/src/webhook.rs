@@ -226,6 +226,31 @@ impl Webhook {
         Ok(Client::try_from(cfg)?)
     }
 
+    /// A client whose base URL is the webhook itself, presenting the client certificate
+    /// `cert_pem`/`key_pem` (as the API server does when its admission configuration gives it one).
+    pub async fn direct_client_with_cert(
+        &self,
+        cert_pem: &str,
+        key_pem: &str,
+    ) -> anyhow::Result<Client> {
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+        let ca = self
+            .ca
+            .as_ref()
+            .context("this webhook's CA is the controller's")?;
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: webhook\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
+             users:\n- name: caller\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n\
+             contexts:\n- name: webhook\n  context:\n    cluster: webhook\n    user: caller\ncurrent-context: webhook\n",
+            self.url,
+            b64(&ca.cert_pem),
+            b64(cert_pem),
+            b64(key_pem)
+        );
+        crate::cluster::client_from_kubeconfig(&yaml).await
+    }
+
     /// `GET` on the metrics port; returns the status code and body.
     pub async fn metrics_get(&self, path: &str) -> anyhow::Result<(u16, String)> {
         http_get(&self.metrics_addr, path).await

@@ -39,6 +39,12 @@ struct Args {
     /// Serving private key (PEM).
     #[arg(long, env = "CP_WEBHOOK_TLS_KEY_FILE", requires = "tls_cert_file")]
     tls_key_file: Option<PathBuf>,
+    /// CA bundle (PEM) of the client certificate the API server presents to webhooks (its
+    /// `--admission-control-config-file`). Set: only callers with a certificate of this CA complete
+    /// the TLS handshake. Unset (Gardener and most managed clusters configure none): anyone on the
+    /// pod network may call, and answers name nothing beyond the request's own content.
+    #[arg(long, env = "CP_WEBHOOK_CLIENT_CA_FILE")]
+    client_ca_file: Option<PathBuf>,
     /// How often to look for a changed certificate file.
     #[arg(long, env = "CP_WEBHOOK_TLS_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     tls_reload_interval: Duration,
@@ -164,6 +170,11 @@ async fn run() -> anyhow::Result<()> {
             .collect(),
     };
     tracing::info!(who = %privileged.describe(), "identities that may change spec.deployment");
+    let callers = tls::Callers::from_file(args.client_ca_file.as_ref())?;
+    tracing::info!(
+        callers = callers.describe(),
+        "who may call the admission port"
+    );
 
     // Health and readiness answer from the start: alive while the certificate is still being issued,
     // ready only once it is loaded (and not while draining).
@@ -203,7 +214,7 @@ async fn run() -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(store)?));
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(store, &callers)?));
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .map_err(|source| cp_webhook::Error::Bind {

@@ -132,17 +132,79 @@ pub fn serving_problem() -> Option<String> {
         .and_then(|s| s.problem(time::OffsetDateTime::now_utc()))
 }
 
-/// A rustls server configuration (TLS 1.2 and 1.3 only) that serves whatever `store` holds.
-pub fn server_config(store: Arc<CertStore>) -> Result<ServerConfig, Error> {
+/// Who may open a TLS connection to the admission port.
+#[derive(Clone, Debug, Default)]
+pub enum Callers {
+    /// Anyone who reaches the port (the platform does not give the API server a client certificate
+    /// for webhooks: Gardener and most managed clusters). Answers then say nothing beyond what the
+    /// request's own content implies (see the admission module).
+    #[default]
+    Anyone,
+    /// Only clients presenting a certificate issued by one of these CAs (PEM): the API server, when
+    /// its `--admission-control-config-file` gives it a client certificate for webhooks. Everyone
+    /// else fails the handshake and never sees an answer.
+    ClientCa(Vec<u8>),
+}
+
+impl Callers {
+    /// Reads `--client-ca-file` (`None`: [`Callers::Anyone`]).
+    pub fn from_file(path: Option<&PathBuf>) -> Result<Self, Error> {
+        match path {
+            None => Ok(Self::Anyone),
+            Some(p) => std::fs::read(p)
+                .map(Self::ClientCa)
+                .map_err(|e| Error::Tls(format!("reading --client-ca-file {}: {e}", p.display()))),
+        }
+    }
+
+    /// For the log line at start.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Self::Anyone => {
+                "any caller (no --client-ca-file): answers name nothing beyond the request's content"
+            }
+            Self::ClientCa(_) => "only callers with a client certificate of --client-ca-file",
+        }
+    }
+}
+
+fn client_verifier(
+    callers: &Callers,
+) -> Result<Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>, Error> {
+    let Callers::ClientCa(pem) = callers else {
+        return Ok(None);
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| Error::Tls(format!("client CA PEM: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| Error::Tls(format!("client CA certificate: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(Error::Tls("client CA PEM holds no certificate".into()));
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .build()
+        .map(Some)
+        .map_err(|e| Error::Tls(format!("client CA: {e}")))
+}
+
+/// A rustls server configuration (TLS 1.2 and 1.3 only) that serves whatever `store` holds, to the
+/// `callers` allowed.
+pub fn server_config(store: Arc<CertStore>, callers: &Callers) -> Result<ServerConfig, Error> {
     match SERVED.write() {
         Ok(mut s) => *s = Some(Arc::downgrade(&store)),
         Err(poisoned) => *poisoned.into_inner() = Some(Arc::downgrade(&store)),
     }
-    let mut cfg = ServerConfig::builder_with_provider(provider())
+    let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| Error::Tls(e.to_string()))?
-        .with_no_client_auth()
-        .with_cert_resolver(store);
+        .map_err(|e| Error::Tls(e.to_string()))?;
+    let builder = match client_verifier(callers)? {
+        Some(v) => builder.with_client_cert_verifier(v),
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder.with_cert_resolver(store);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(cfg)
 }

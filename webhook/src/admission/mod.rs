@@ -619,12 +619,17 @@ fn protected_fields(
         "Forbidden",
         format!(
             "spec.deployment is managed by the Connectivity Proxy operator and cannot be changed by {user}: \
-             refused {}. Only {} may change it; edit spec.config, spec.ingress or spec.secretConfig instead",
+             refused {}. Only {PRIVILEGED} may change it; edit spec.config, spec.ingress or spec.secretConfig instead",
             changed.join(", "),
-            policy.privileged.describe()
         ),
     ))
 }
+
+/// Who may change the operator's fields, as denials say it. The identities themselves are not named:
+/// the extra ones come from a ConfigMap the caller may not read, and the caller may not be the API
+/// server (see [`crate::tls::Callers`]).
+const PRIVILEGED: &str = "the operator's ServiceAccount and the privileged identities the module is configured with \
+     (--privileged-users, --privileged-groups and the ConfigMap --privileged-config)";
 
 /// Refuses a change of the operator's annotations (`connectivityproxy.sap.com/*`: the takeover state,
 /// the defaults release, the adoption marks) by anyone but the operator and the privileged
@@ -660,11 +665,10 @@ fn operator_annotations(req: &Request, policy: &Policy) -> Result<(), Denial> {
         "Forbidden",
         format!(
             "the annotations {prefix}* belong to the Connectivity Proxy operator and cannot be set, changed or removed by {user}: \
-             refused metadata.annotations[{keys}]. Only {who} may write them; leave them as they are \
+             refused metadata.annotations[{keys}]. Only {PRIVILEGED} may write them; leave them as they are \
              (kubectl apply keeps annotations it did not set)",
             prefix = names::OPERATOR_ANNOTATION_PREFIX,
             keys = changed.join(", "),
-            who = policy.privileged.describe()
         ),
     ))
 }
@@ -790,14 +794,18 @@ pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
         .as_ref()
         .and_then(|o| o.metadata.name.as_deref())
         .unwrap_or(&req.name);
-    if let Some(other) = facts
+    // The other mapping is not named: whoever reaches the webhook's port may post a review (the
+    // platform authenticates no caller unless --client-ca-file is set), and its name is not in the
+    // request. Those who may list ServiceMappings find it with the selector the message gives.
+    if facts
         .service_mappings
-        .read(|i| i.other_with(&key, name).map(String::from))
+        .read(|i| i.other_with(&key, name).is_some())
     {
         errors.push(FieldError {
             field: "spec.serviceId".into(),
             message: format!(
-                "ServiceMapping {other} already maps type {} subaccountId {:?} serviceId {:?}; (type, subaccountId, serviceId) must be unique",
+                "another ServiceMapping already maps type {} subaccountId {:?} serviceId {:?}; (type, subaccountId, serviceId) must be unique \
+                 (find it with kubectl get servicemappings -o custom-columns=NAME:.metadata.name,TYPE:.spec.type,SUBACCOUNT:.spec.subaccountId,SERVICE:.spec.serviceId)",
                 key.0.as_str(),
                 key.1,
                 key.2
@@ -821,9 +829,9 @@ pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
 fn mapping_budget(name: &str, spec: &ServiceMappingSpec, facts: &Facts) -> Result<(), Denial> {
     use cp_api::mapping::{MAPPINGS_BUDGET_BYTES, MAPPINGS_CONFIGMAP_OVERHEAD_BYTES, entry_bytes};
     let needed = entry_bytes(name, spec);
-    let (count, used, old) = facts
+    let (used, old) = facts
         .service_mappings
-        .read(|i| (i.len(), i.bytes(), i.bytes_of(name)));
+        .read(|i| (i.bytes(), i.bytes_of(name)));
     if needed <= old {
         return Ok(());
     }
@@ -835,10 +843,10 @@ fn mapping_budget(name: &str, spec: &ServiceMappingSpec, facts: &Facts) -> Resul
         403,
         "Forbidden",
         format!(
-            "ServiceMapping {name} is refused: the {count} ServiceMappings take {} KiB of the {} KiB that ConfigMap {} \
-             can hold (a Kubernetes object is at most 1 MiB) and this one needs {needed} bytes more; delete \
-             ServiceMappings you no longer need, or shorten their names and fields",
-            used / 1024,
+            "ServiceMapping {name} is refused: the ServiceMappings fill the {} KiB that ConfigMap {} \
+             can hold (a Kubernetes object is at most 1 MiB) and this one needs {needed} bytes of it; delete \
+             ServiceMappings you no longer need, or shorten their names and fields (the ConnectivityProxy's \
+             status says how full it is)",
             MAPPINGS_BUDGET_BYTES / 1024,
             cp_api::names::CONFIGMAP_SERVICE_MAPPINGS
         ),

@@ -537,3 +537,258 @@ subjects: [{kind: User, name: victor, apiGroup: rbac.authorization.k8s.io}]
         }
     }
 }
+
+/// The sum of every `cp_webhook_admission_requests_total` series on `wh`'s metrics port.
+async fn admission_requests(wh: &cp_tests::webhook::Webhook) -> f64 {
+    let (_, body) = wh.metrics_get("/metrics").await.expect("metrics");
+    body.lines()
+        .filter(|l| l.starts_with("cp_webhook_admission_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Round 3, a pod on the network: with `--client-ca-file` (the CA of the client certificate the API
+/// server's `--admission-control-config-file` gives it for webhooks) only the API server completes
+/// the TLS handshake: a caller without a certificate, or with one of another CA under the same name,
+/// gets no answer at all, and the API server's own calls are admitted as before.
+#[tokio::test]
+async fn with_a_client_ca_the_webhook_answers_only_the_api_server() {
+    webhook().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    let ns = cp.namespace("sec-mtls").await.expect("ns");
+    let ca_arg = format!(
+        "--client-ca-file={}",
+        cp.admission_client_ca_file().display()
+    );
+    let wh = cp_tests::webhook::Webhook::start(&cp, "webhook-mtls", &[ca_arg.as_str()])
+        .await
+        .expect("a webhook with a client CA");
+
+    // Direct callers first: nothing is answered, nothing is counted.
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u1", "kind": {"group": "connectivityproxy.sap.com", "version": "v1", "kind": "ConnectivityProxy"},
+        "resource": {"group": "connectivityproxy.sap.com", "version": "v1", "resource": "connectivityproxies"},
+        "name": "x", "namespace": "y", "operation": "CREATE", "userInfo": {"username": "bob"}}});
+    let post = || {
+        http::Request::post("/validate")
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&review).expect("json"))
+            .expect("request")
+    };
+    let anonymous = wh.direct_client().expect("direct client");
+    let r = anonymous.request_text(post()).await;
+    assert!(
+        matches!(r, Err(ref e) if !matches!(e, kube::Error::Api(_))),
+        "a caller without a client certificate must get no answer: {r:?}"
+    );
+    let now = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
+    let other_ca = cp_certs::Ca::generate(
+        "cp-test-impostor-ca",
+        now,
+        now + time::Duration::days(1),
+        cp_certs::KeyAlgorithm::default(),
+    )
+    .expect("CA");
+    let impostor = other_ca
+        .issue(&cp_certs::LeafSpec::client(
+            "kube-apiserver-admission-client",
+            &[],
+            now,
+            time::Duration::days(1),
+        ))
+        .expect("impostor certificate");
+    let r = wh
+        .direct_client_with_cert(&impostor.cert_pem, &impostor.key_pem)
+        .await
+        .expect("client")
+        .request_text(post())
+        .await;
+    assert!(
+        matches!(r, Err(ref e) if !matches!(e, kube::Error::Api(_))),
+        "a certificate of another CA must get no answer: {r:?}"
+    );
+    assert_eq!(
+        admission_requests(&wh).await,
+        0.0,
+        "no refused caller reached admission"
+    );
+    // The API server's client certificate is answered (the same files its admission config names).
+    let read = |f: &str| std::fs::read_to_string(cp.dir.join(f)).expect("admission client file");
+    let answer = wh
+        .direct_client_with_cert(&read("admission-client.crt"), &read("admission-client.key"))
+        .await
+        .expect("client")
+        .request_text(post())
+        .await
+        .expect("the API server's certificate is answered");
+    assert!(answer.contains("\"uid\":\"u1\""), "{answer}");
+
+    // Through the API server: a validating configuration for labelled CRs, pointed at this webhook.
+    let label = "cp-test/mtls-webhook";
+    let ca = wh.ca.as_ref().map(|c| c.cert_pem.as_bytes());
+    let mut cfg = admission_config::validating(&Endpoint::Url(wh.url.clone()), ca);
+    cfg.metadata.name = Some("cp-test-mtls-webhook".into());
+    for w in cfg.webhooks.iter_mut().flatten() {
+        w.name = format!("mtls.{}", w.name);
+        w.object_selector = Some(
+            serde_json::from_value(json!({"matchLabels": {label: "true"}})).expect("selector"),
+        );
+    }
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(admin.clone());
+    configs
+        .create(&PostParams::default(), &cfg)
+        .await
+        .expect("register the mTLS webhook");
+    let mut cr = default_cr("cp-mtls");
+    cr["metadata"]["labels"] = json!({label: "true"});
+    let obj: DynamicObject = serde_json::from_value(cr).expect("object");
+    let api = cps(&alice_client(AUTHENTICATED).await, &ns);
+    let before = admission_requests(&wh).await;
+    let through = cp_tests::wait::until(
+        "a CR admitted through the API server by the mTLS webhook",
+        Duration::from_secs(20),
+        || {
+            let (api, obj, wh) = (api.clone(), obj.clone(), &wh);
+            async move {
+                let dry = PostParams {
+                    dry_run: true,
+                    ..Default::default()
+                };
+                match api.create(&dry, &obj).await {
+                    Ok(_) if admission_requests(wh).await > before => Ok(Some(())),
+                    Ok(_) => Err("admitted, but not yet asked of the mTLS webhook".into()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        },
+    )
+    .await;
+    configs
+        .delete("cp-test-mtls-webhook", &DeleteParams::default())
+        .await
+        .expect("remove the mTLS webhook");
+    through.expect("the API server's calls are answered");
+}
+
+/// The webhook's ServiceAccount token (as shipped in `rbac/webhook.yaml`) reads what admission needs
+/// and writes nothing: every write below is refused by the real API server's RBAC (dry runs: authorised
+/// like a real write, persisted never), and no Secret but its own serving certificate can be read.
+#[tokio::test]
+async fn a_stolen_webhook_token_reads_what_admission_needs_and_writes_nothing() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+    webhook().await;
+    let cp = control_plane();
+    let token = cp
+        .client(&Identity::ServiceAccount {
+            namespace: names::KYMA_SYSTEM.into(),
+            name: "connectivity-proxy-webhook".into(),
+        })
+        .await
+        .expect("webhook token");
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let patch = PatchParams {
+        dry_run: true,
+        ..PatchParams::apply("stolen-webhook-token")
+    };
+    let ks = names::KYMA_SYSTEM;
+    // Reads admission needs: the module's CRs in kyma-system, ServiceMappings, its ConfigMap by name.
+    cps(&token, ks)
+        .list(&Default::default())
+        .await
+        .expect("CRs in kyma-system are read");
+    let mappings: Api<DynamicObject> = Api::all_with(
+        token.clone(),
+        &ApiResource::erase::<cp_api::ServiceMapping>(&()),
+    );
+    mappings
+        .list(&Default::default())
+        .await
+        .expect("ServiceMappings are read");
+    // Refused: every write, every other read.
+    let mut cr = default_cr(names::DEFAULT_CR_NAME);
+    cr["metadata"]["namespace"] = json!(ks);
+    denial(
+        cps(&token, ks)
+            .create(&dry, &serde_json::from_value(cr.clone()).expect("cr"))
+            .await,
+        "create a CR",
+    );
+    denial(
+        cps(&token, ks)
+            .patch(names::DEFAULT_CR_NAME, &patch, &Patch::Apply(&cr))
+            .await,
+        "apply the CR",
+    );
+    let sm = json!({
+        "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+        "metadata": {"name": "stolen-webhook-token"},
+        "spec": {"type": "RFC", "subaccountId": "s", "serviceId": "x", "internalAddress": "a:1"},
+    });
+    denial(
+        mappings
+            .create(&dry, &serde_json::from_value(sm).expect("sm"))
+            .await,
+        "create a ServiceMapping",
+    );
+    let secrets: Api<Secret> = Api::namespaced(token.clone(), ks);
+    denial(secrets.list(&Default::default()).await, "list Secrets");
+    denial(
+        secrets.get(names::OWNERSHIP_KEY_SECRET).await,
+        "read the ownership key",
+    );
+    denial(
+        secrets
+            .create(
+                &dry,
+                &serde_json::from_value(json!({"metadata": {"name": "stolen"}})).expect("secret"),
+            )
+            .await,
+        "create a Secret",
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(token.clone(), ks);
+    denial(
+        cms.patch(
+            "connectivity-proxy-operator-config",
+            &patch,
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "connectivity-proxy-operator-config"},
+                "data": {"privilegedUsers": "mallory"},
+            })),
+        )
+        .await,
+        "make itself privileged through the ConfigMap",
+    );
+    let pods: Api<Pod> = Api::namespaced(token.clone(), ks);
+    denial(
+        pods.create(
+            &dry,
+            &serde_json::from_value(json!({"metadata": {"name": "stolen"}, "spec": {"containers": [{"name": "c", "image": "x"}]}})).expect("pod"),
+        )
+        .await,
+        "run a pod",
+    );
+    let hooks: Api<ValidatingWebhookConfiguration> = Api::all(token.clone());
+    denial(
+        hooks
+            .patch(
+                names::VALIDATING_WEBHOOK_CONFIG,
+                &PatchParams {
+                    dry_run: true,
+                    ..Default::default()
+                },
+                &Patch::Merge(json!({"webhooks": []})),
+            )
+            .await,
+        "change its webhook configuration",
+    );
+    // Elsewhere: not even a read of the module's CRs.
+    denial(
+        cps(&token, "default").list(&Default::default()).await,
+        "list CRs elsewhere",
+    );
+}

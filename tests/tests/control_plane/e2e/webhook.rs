@@ -405,7 +405,15 @@ async fn service_mappings_are_validated_and_unique() {
         create_mapping(&alice, mapping("sm-unique-b", "unique-s4")).await,
         "duplicate",
     );
-    assert!(msg.contains("sm-unique-a"), "{msg}");
+    // The other mapping is not named (whoever reaches the webhook's port could ask): the answer
+    // says what is taken and how to find who holds it.
+    assert!(
+        msg.contains("another ServiceMapping already maps")
+            && msg.contains("unique-s4")
+            && msg.contains("kubectl get servicemappings")
+            && !msg.contains("sm-unique-a"),
+        "{msg}"
+    );
     create_mapping(&alice, mapping("sm-unique-c", "unique-other"))
         .await
         .expect("another serviceId");
