@@ -207,7 +207,7 @@ async fn update_cr(cr: &ConnectivityProxy, ctx: &Ctx, patches: &[CrPatch]) -> Re
             ),
             CrPatch::ReleaseDefaults(v) => (
                 Patch::Merge(v.clone()),
-                "moving spec.deployment to this release's defaults",
+                "moving spec.deployment to this release's defaults (fields someone changed are kept)",
             ),
         };
         api.patch(&cr.name_any(), &pp, &patch)

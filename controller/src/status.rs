@@ -137,6 +137,7 @@ pub fn build(cr: &ConnectivityProxy, computed: &Computed, now: Time) -> ModuleSt
         description: Some(computed.description.clone()),
         observed_generation: generation,
         conditions,
+        kept_deployment_fields: crate::upgrade::kept_fields(cr),
     }
 }
 

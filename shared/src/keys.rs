@@ -49,6 +49,9 @@ pub const PREVIOUS_CA_SHA256_ANNOTATION: &str = "connectivityproxy.sap.com/previ
 /// CR annotation recording the release whose defaults `spec.deployment` holds.
 pub const DEFAULTS_RELEASE_ANNOTATION: &str =
     "connectivityproxy.sap.com/deployment-defaults-release";
+/// CR annotation recording the values of those defaults (compact JSON): the next release compares
+/// `spec.deployment` with them, so a field someone changed is kept over the new release's default.
+pub const DEFAULTS_VALUES_ANNOTATION: &str = "connectivityproxy.sap.com/deployment-defaults";
 /// CR annotation: `in-progress` or `done`.
 pub const MIGRATION_ANNOTATION: &str = "connectivityproxy.sap.com/legacy-migration";
 /// CR annotation recording the import of the legacy configuration (the imported field paths).
@@ -104,7 +107,7 @@ pub const ADOPTING_ANNOTATION: &str = "connectivityproxy.sap.com/adopting-labell
 pub const USABLE_BY_PROXY_LABEL: &str = "connectivityproxy.sap.com/usable-by-proxy";
 
 /// Every operator-owned key above (the legacy reconciler's are not the operator's).
-pub const OPERATOR_KEYS: [&str; 18] = [
+pub const OPERATOR_KEYS: [&str; 19] = [
     OWNERSHIP_PROOF_ANNOTATION,
     ADOPTING_ANNOTATION,
     LABEL_OWNER_NAME,
@@ -118,6 +121,7 @@ pub const OPERATOR_KEYS: [&str; 18] = [
     LEAF_SWITCHED_ANNOTATION,
     PREVIOUS_CA_SHA256_ANNOTATION,
     DEFAULTS_RELEASE_ANNOTATION,
+    DEFAULTS_VALUES_ANNOTATION,
     MIGRATION_ANNOTATION,
     IMPORTED_ANNOTATION,
     TAKEOVER_ID_ANNOTATION,

@@ -21,6 +21,10 @@ pub struct ModuleStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// `spec.deployment` fields that hold a value other than this release's default: operator upgrades
+    /// keep them (every other field moves to the new release's default).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept_deployment_fields: Vec<String>,
 }
 
 /// Module state as defined by Kyma's lifecycle manager.

@@ -689,10 +689,11 @@ impl Cluster {
             "data": {"privilegedUsers": SRE_USER}});
         let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
             Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+        // The bundle ships no such ConfigMap (lifecycle-manager would reset it): the SRE creates it.
         cms.patch(
             "connectivity-proxy-operator-config",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&cm),
+            &kube::api::PatchParams::apply(SRE_USER),
+            &kube::api::Patch::Apply(&cm),
         )
         .await
         .context("naming the SRE privileged")?;
@@ -741,6 +742,24 @@ impl Cluster {
             },
         )
         .await
+    }
+
+    /// The SRE removes the privileged-identities ConfigMap it created (it is not the module's: removing
+    /// the module leaves it).
+    pub async fn remove_sre_config(&self) -> anyhow::Result<()> {
+        let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(self.cp.admin().await?, cp_api::names::KYMA_SYSTEM);
+        match cms
+            .delete(
+                "connectivity-proxy-operator-config",
+                &kube::api::DeleteParams::default(),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(e).context("removing the SRE's ConfigMap"),
+        }
     }
 
     /// Waits until a Deployment has `replicas` available (ready by their probes) replicas of its

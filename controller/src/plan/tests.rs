@@ -43,7 +43,8 @@ fn mk_cr(spec: serde_json::Value) -> ConnectivityProxy {
         "kind": "ConnectivityProxy",
         "metadata": {"name": "connectivity-proxy", "namespace": "kyma-system", "uid": "u-1",
             "finalizers": [names::FINALIZER],
-            "annotations": {cp_api::keys::DEFAULTS_RELEASE_ANNOTATION: id}},
+            "annotations": {cp_api::keys::DEFAULTS_RELEASE_ANNOTATION: id,
+                cp_api::keys::DEFAULTS_VALUES_ANNOTATION: settings().deployment_defaults.to_string()}},
         "spec": spec
     }))
     .expect("a valid CR");

@@ -23,6 +23,31 @@ async fn legacy_install_is_taken_over_then_the_operator_is_upgraded() {
     // A user edits spec.config; then the operator is upgraded (restarted with newer defaults).
     let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), legacy::NS);
     support::set_http_port(&admin, legacy::NS, "connectivity-proxy", 20777).await;
+    // An SRE lowers the open-files limit once v1 has recorded its defaults (before, v1's first
+    // reconcile would still be the one writing spec.deployment).
+    cp_tests::wait::until_object(
+        &api,
+        "connectivity-proxy",
+        "v1's defaults recorded on the CR",
+        Duration::from_secs(20),
+        |cr| match kube::ResourceExt::annotations(&cr)
+            .contains_key(cp_api::keys::DEFAULTS_VALUES_ANNOTATION)
+        {
+            true => Ok(Some(())),
+            false => Err("not yet".to_string()),
+        },
+    )
+    .await
+    .expect("v1 stamped");
+    api.patch(
+        "connectivity-proxy",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!(
+            {"spec": {"deployment": {"resources": {"maxFileDescriptorCount": 20000}}}}
+        )),
+    )
+    .await
+    .expect("the SRE's change");
     cp.kill_process("controller-v1").expect("stop v1");
     ControllerProcess::start(
         &cp,
@@ -55,6 +80,28 @@ async fn legacy_install_is_taken_over_then_the_operator_is_upgraded() {
         20777,
         "the user's edit survives the upgrade"
     );
+    // The untouched defaults moved (above); the SRE's field stayed, and the status says so.
+    assert_eq!(
+        serde_json::to_value(&cr.spec.deployment).expect("json")["resources"]["maxFileDescriptorCount"],
+        20000,
+        "the SRE's change survives the upgrade"
+    );
+    cp_tests::wait::until_object(
+        &api,
+        "connectivity-proxy",
+        "the status names the kept field",
+        Duration::from_secs(20),
+        |cr| {
+            let kept = cr.status.unwrap_or_default().kept_deployment_fields;
+            if kept == ["spec.deployment.resources.maxFileDescriptorCount"] {
+                Ok(Some(()))
+            } else {
+                Err(format!("{kept:?}"))
+            }
+        },
+    )
+    .await
+    .expect("kept field in the status");
     let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> =
         Api::namespaced(admin.clone(), legacy::NS);
     cp_tests::wait::until_object(

@@ -318,8 +318,94 @@ async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module
         .await
         .context("the user's ServiceMapping")?;
 
+    // lifecycle-manager re-applies the manifest, forced, on every reconcile: three rounds, a user and an
+    // SRE acting between them. What they set (the privileged groups in the SRE's ConfigMap, the user's
+    // port, the SRE's `spec.deployment` change, admitted only through that ConfigMap) survives each.
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    let sre_config = "connectivity-proxy-operator-config";
+    for round in 1..=3i64 {
+        let group = format!("cp-sre-team-{round}");
+        cms.patch(
+            sre_config,
+            &PatchParams::apply(cp_tests::node::SRE_USER),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": sre_config, "namespace": names::KYMA_SYSTEM},
+                "data": {"privilegedUsers": cp_tests::node::SRE_USER, "privilegedGroups": group}})),
+        )
+        .await
+        .context("the SRE names a privileged group")?;
+        crs.patch(
+            CR,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"config": {"servers": {"proxy": {"http": {"port": 20010 + round}}}}}}),
+            ),
+        )
+        .await
+        .context("the user's edit")?;
+        // A member of that group only (not a privileged user) changes spec.deployment: admitted once
+        // the webhook has read the ConfigMap.
+        let member = cluster
+            .cp
+            .client(&cp_tests::cluster::Identity::User {
+                name: "cp-sre-team-member".into(),
+                groups: vec!["system:masters".into(), group.clone()],
+            })
+            .await?;
+        let as_member: Api<ConnectivityProxy> = Api::namespaced(member, names::KYMA_SYSTEM);
+        let fd = cp_tests::node::NODE_FD_LIMIT - round;
+        let fd_patch =
+            json!({"spec": {"deployment": {"resources": {"maxFileDescriptorCount": fd}}}});
+        cp_tests::wait::until(
+            "the privileged group's spec.deployment change admitted",
+            Duration::from_secs(30),
+            || {
+                let (api, patch) = (as_member.clone(), fd_patch.clone());
+                async move {
+                    api.patch(CR, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .map(|_| Some(()))
+                        .map_err(|e| e.to_string())
+                }
+            },
+        )
+        .await
+        .with_context(|| format!("round {round}: the SRE's change"))?;
+        let mut passes = Vec::new();
+        reconcile_until(
+            &format!("lifecycle-manager's re-apply {round}: Ready"),
+            Duration::from_secs(180),
+            &mut passes,
+            Instant::now(),
+            async || m.reconcile(&target_v1, Some(&default_cr)).await.map(Some),
+            |o| matches!(o, Some(o) if o.state == ModuleState::Ready),
+        )
+        .await
+        .with_context(|| format!("step: re-apply {round}"))?;
+        let data = cms.get(sre_config).await?.data.unwrap_or_default();
+        assert_eq!(
+            (data.get("privilegedUsers"), data.get("privilegedGroups")),
+            (Some(&cp_tests::node::SRE_USER.to_string()), Some(&group)),
+            "round {round}: the SRE's ConfigMap after the forced re-apply"
+        );
+        let cr = crs.get(CR).await?;
+        let spec = serde_json::to_value(&cr.spec)?;
+        assert_eq!(
+            (
+                spec["config"]["servers"]["proxy"]["http"]["port"].clone(),
+                spec["deployment"]["resources"]["maxFileDescriptorCount"].clone()
+            ),
+            (json!(20010 + round), json!(fd)),
+            "round {round}: the user's port and the SRE's open-files limit after the forced re-apply"
+        );
+    }
+    crate::node::wait_cr_ready(&cluster, Duration::from_secs(180))
+        .await
+        .context("step: CR Ready after the re-applies")?;
+    let sre_fd = cp_tests::node::NODE_FD_LIMIT - 3;
+
     // Upgrade to the second bundle: the Dashboard is pruned, the new default image reaches the CR and
-    // the pods, the user's port stays.
+    // the pods, the user's port and the SRE's open-files limit stay.
     let mut passes = Vec::new();
     let start = Instant::now();
     reconcile_until(
@@ -332,7 +418,6 @@ async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module
     )
     .await
     .context("step: upgrade")?;
-    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
     assert!(
         cms.get_opt(DASHBOARD).await?.is_none(),
         "the object the second bundle lacks is pruned"
@@ -358,10 +443,30 @@ async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module
     .await?;
     let cr = crs.get(CR).await?;
     let port = serde_json::to_value(&cr.spec.config)?["servers"]["proxy"]["http"]["port"].clone();
-    assert_eq!(port, json!(20011), "the user's configuration kept");
-    // The upgrade moved spec.deployment (operator-owned) to the new defaults, the node's fd limit with it:
-    // the SRE fits it again, as after any upgrade on such a node.
-    cluster.fit_fd_limit_to_node(CR).await?;
+    assert_eq!(port, json!(20013), "the user's configuration kept");
+    // The upgrade moved the untouched defaults (the image) and kept the field the SRE changed; the
+    // status names it.
+    let deployment = serde_json::to_value(&cr.spec.deployment)?;
+    assert_eq!(
+        deployment["resources"]["maxFileDescriptorCount"],
+        json!(sre_fd),
+        "the SRE's open-files limit kept over the new release's default"
+    );
+    cp_tests::wait::until_object(
+        &crs,
+        CR,
+        "the status names the kept field",
+        Duration::from_secs(60),
+        |c| {
+            let kept = c.status.clone().unwrap_or_default().kept_deployment_fields;
+            if kept == ["spec.deployment.resources.maxFileDescriptorCount"] {
+                Ok(Some(()))
+            } else {
+                Err(format!("{kept:?}"))
+            }
+        },
+    )
+    .await?;
     crate::node::wait_cr_ready(&cluster, Duration::from_secs(180))
         .await
         .context("step: CR Ready after the upgrade")?;
@@ -443,5 +548,8 @@ async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module
     .await
     .context("step: removal")?;
     print_passes("removal", &passes);
+    // The SRE's ConfigMap is not the module's: it outlives the removal, and the SRE removes it.
+    assert!(cms.get_opt(sre_config).await?.is_some());
+    cluster.remove_sre_config().await?;
     crate::node::wait_inventory_as_before(&cluster, &before).await
 }

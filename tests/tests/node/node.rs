@@ -946,6 +946,7 @@ async fn uninstall(
     .await?;
     let bundle = cp_tests::workspace_root().join("manifests/connectivity-proxy-operator.yaml");
     cluster.kubectl_run(&["delete", "--wait=true", "-f", &bundle.display().to_string()])?;
+    cluster.remove_sre_config().await?;
     wait_inventory_as_before(cluster, before).await
 }
 
