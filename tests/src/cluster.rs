@@ -671,6 +671,12 @@ impl ControlPlane {
     }
 
     fn cert_user(&self, name: &str, groups: &[&str]) -> anyhow::Result<String> {
+        // rcgen's distinguished name keeps one value per attribute: a second O would silently replace
+        // the first, and the user would not be in the group the test names.
+        anyhow::ensure!(
+            groups.len() <= 1,
+            "{name}: a test client certificate carries at most one group, got {groups:?}"
+        );
         let now = OffsetDateTime::now_utc() - time::Duration::minutes(5);
         let leaf = self.client_ca.issue(&LeafSpec::client(
             name,

@@ -229,7 +229,12 @@ pub fn desired(
     out.extend(config::config_maps(cr, &ns, resolved, mappings));
     out.extend(workload::services(cr, &ns));
     out.push(workload::stateful_set(cr, &ns, resolved));
-    out.extend(network::objects(cr, &ns, &workload::container_ports(cr)));
+    out.extend(network::objects(
+        cr,
+        &ns,
+        &workload::container_ports(cr),
+        mappings,
+    ));
     if cr.spec.ingress_class() == "istio" {
         out.extend(istio::objects(cr, &ns, resolved));
     }

@@ -14,13 +14,17 @@
 //!   Service maps 53 to it, and policies see the pod's port), UDP and TCP, and node-local DNS on its
 //!   link-local address;
 //! - anyone → the proxy's tunnel and proxy ports (the Istio ingress gateway for the tunnel, the
-//!   cluster's workloads for HTTP, SOCKS5 and RFC/LDAP); the proxy → the Connectivity service (HTTPS).
+//!   cluster's workloads for HTTP, SOCKS5 and RFC/LDAP); the proxy → the Connectivity service (HTTPS),
+//!   its sidecar → istiod on 15012, the proxy → the service channels' targets (every pod of the cluster
+//!   on the ports the ServiceMappings' `internalAddress` names); the proxy's pods carry
+//!   `networking.kyma-project.io/from-ingressgateway: allowed`, which the Istio module's policies require
+//!   of what its ingress gateway may reach.
 //!
 //! Kubelet probes come from the node, which policies do not restrict on Gardener's CNIs.
 
 use std::collections::BTreeMap;
 
-use cp_api::{ConnectivityProxy, keys, names};
+use cp_api::{ConnectivityProxy, ServiceMapping, keys, names};
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
     NetworkPolicyPort, NetworkPolicySpec,
@@ -38,6 +42,14 @@ pub const OPERATOR_POD_NAMES: [&str; 2] = [
 /// The pod label scrapers carry (Kyma's convention).
 pub const METRICS_SCRAPER_LABEL: (&str, &str) =
     ("networking.kyma-project.io/metrics-scraping", "allowed");
+/// istiod's pods (`istio: pilot`) and its xDS/CA port, which every sidecar dials.
+pub const ISTIOD_LABEL: (&str, &str) = ("istio", "pilot");
+/// istiod's secure xDS port.
+pub const ISTIOD_XDS_PORT: i32 = 15012;
+/// The label the Istio module's NetworkPolicies require on pods its ingress gateway may reach
+/// (`kyma-project.io--istio-ingressgateway-egress`): the proxy's pods carry it for the tunnel.
+pub const FROM_INGRESS_GATEWAY_LABEL: (&str, &str) =
+    ("networking.kyma-project.io/from-ingressgateway", "allowed");
 /// The kube-dns ports a pod's DNS traffic reaches after the Service's translation: 53 and CoreDNS's
 /// 8053 on Gardener.
 pub const DNS_PORTS: [i32; 2] = [53, 8053];
@@ -138,8 +150,14 @@ fn policy(
 }
 
 /// The module's NetworkPolicies for `cr` (none when its annotation switches them off); `proxy_ports`
-/// are the proxy's container ports (the tunnel and every enabled proxy).
-pub(super) fn objects(cr: &ConnectivityProxy, ns: &str, proxy_ports: &[i32]) -> Vec<Desired> {
+/// are the proxy's container ports (the tunnel and every enabled proxy), `mappings` the ServiceMappings
+/// whose service channels the proxy dials.
+pub(super) fn objects(
+    cr: &ConnectivityProxy,
+    ns: &str,
+    proxy_ports: &[i32],
+    mappings: &[std::sync::Arc<ServiceMapping>],
+) -> Vec<Desired> {
     if disabled(cr) {
         return Vec::new();
     }
@@ -243,10 +261,64 @@ pub(super) fn objects(cr: &ConnectivityProxy, ns: &str, proxy_ports: &[i32]) -> 
             proxy_egress,
             proxy_pods(),
             None,
-            Some(vec![NetworkPolicyEgressRule {
-                to: None,
-                ports: Some(tcp([443])),
-            }]),
+            Some(proxy_egress_rules(cr, mappings)),
         ),
     ]
+}
+
+/// Beyond this many distinct service-channel ports the proxy may reach every port of the cluster's
+/// pods (a NetworkPolicy lists ports one by one).
+pub const MAX_CHANNEL_PORTS: usize = 64;
+
+/// The ports the ServiceMappings' service channels dial (`spec.internalAddress`), sorted, distinct.
+pub fn channel_ports(mappings: &[std::sync::Arc<ServiceMapping>]) -> Vec<i32> {
+    let mut ports: Vec<i32> = mappings
+        .iter()
+        .filter_map(|m| cp_api::validation::parse_host_port(&m.spec.internal_address).ok())
+        .map(|(_, p)| i32::from(p))
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// The proxy's egress: the Connectivity service (HTTPS, outside the cluster); its Istio sidecar to
+/// istiod on 15012 (xDS and certificates; the Istio module's own policies open istiod's side, `kyma-project/istio`
+/// `docs/contributor/adr/0015-networkpolicies-istio-kyma-system.md`); and the service channels' targets
+/// (an `internalAddress` names a cluster host and port: any pod of the cluster on the channels' ports,
+/// as Services reach pods after the Service's translation).
+fn proxy_egress_rules(
+    cr: &ConnectivityProxy,
+    mappings: &[std::sync::Arc<ServiceMapping>],
+) -> Vec<NetworkPolicyEgressRule> {
+    let istiod = NetworkPolicyPeer {
+        namespace_selector: Some(labels(&[(
+            "kubernetes.io/metadata.name",
+            cr.spec.istio_namespace(),
+        )])),
+        pod_selector: Some(labels(&[ISTIOD_LABEL])),
+        ..Default::default()
+    };
+    let mut rules = vec![
+        NetworkPolicyEgressRule {
+            to: None,
+            ports: Some(tcp([443])),
+        },
+        NetworkPolicyEgressRule {
+            to: Some(vec![istiod]),
+            ports: Some(tcp([ISTIOD_XDS_PORT])),
+        },
+    ];
+    let ports = channel_ports(mappings);
+    if !ports.is_empty() {
+        let every_pod = NetworkPolicyPeer {
+            namespace_selector: Some(LabelSelector::default()),
+            ..Default::default()
+        };
+        rules.push(NetworkPolicyEgressRule {
+            to: Some(vec![every_pod]),
+            ports: (ports.len() <= MAX_CHANNEL_PORTS).then(|| tcp(ports)),
+        });
+    }
+    rules
 }

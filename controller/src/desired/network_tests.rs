@@ -205,7 +205,15 @@ fn network_policies_deny_all_but_the_flows_each_pod_needs() {
     let mut declared = declared;
     declared.sort_unstable();
     assert_eq!(port_set(&a.ingress), declared, "proxy ingress");
-    assert_eq!(port_set(&a.egress), vec![53, 443, 8053], "proxy egress");
+    assert_eq!(
+        port_set(&a.egress),
+        vec![53, 443, 8053, 15012],
+        "proxy egress without mappings: DNS, HTTPS, its sidecar to istiod"
+    );
+    assert_eq!(
+        labels["networking.kyma-project.io/from-ingressgateway"], "allowed",
+        "the Istio module's gateway policy lets the gateway reach only pods with this label"
+    );
     for p in &policies {
         let selector = &p["spec"]["podSelector"];
         if p["metadata"]["name"]
@@ -277,4 +285,54 @@ fn the_annotation_switches_every_network_policy_off_and_only_true_does() {
         key.starts_with(cp_api::keys::OPERATOR_ANNOTATION_PREFIX),
         "only the operator and privileged identities may set it"
     );
+}
+
+fn proxy_egress(mappings: &[std::sync::Arc<cp_api::ServiceMapping>]) -> Value {
+    let c = default_cr(json!({}));
+    let facts = ClusterFacts {
+        cluster_domain: Some("d.example.com".into()),
+        ..Default::default()
+    };
+    let r = resolve(&c, &facts).expect("resolves");
+    desired(&c, &r, mappings)
+        .into_iter()
+        .find(|d| d.kind == Kind::NetworkPolicy && d.name == NAMES[7])
+        .expect("the proxy's egress policy")
+        .body["spec"]["egress"]
+        .clone()
+}
+
+fn mapping(name: &str, address: &str) -> std::sync::Arc<cp_api::ServiceMapping> {
+    let mut m = cp_api::testing::tcp_mapping(name, "sub", name);
+    m.spec.internal_address = address.into();
+    std::sync::Arc::new(m)
+}
+
+#[test]
+fn the_proxy_may_dial_the_ports_its_service_channels_name_and_istiod() {
+    let egress = proxy_egress(&[
+        mapping("a", "erp.ns:3300"),
+        mapping("b", "10.0.0.7:8080"),
+        mapping("c", "other.ns.svc:3300"),
+    ]);
+    let rules = egress.as_array().expect("rules");
+    assert_eq!(rules.len(), 3, "{egress}");
+    assert_eq!(
+        rules[1],
+        json!({"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "istio-system"}},
+                       "podSelector": {"matchLabels": {"istio": "pilot"}}}],
+               "ports": [{"protocol": "TCP", "port": 15012}]})
+    );
+    assert_eq!(
+        rules[2],
+        json!({"to": [{"namespaceSelector": {}}],
+               "ports": [{"protocol": "TCP", "port": 3300}, {"protocol": "TCP", "port": 8080}]}),
+        "every pod of the cluster, on the channels' ports only"
+    );
+    // Past the cap, every port of the cluster's pods (still no address outside the cluster).
+    let many: Vec<_> = (0..=network::MAX_CHANNEL_PORTS)
+        .map(|i| mapping(&format!("m{i}"), &format!("h:{}", 10000 + i)))
+        .collect();
+    let egress = proxy_egress(&many);
+    assert_eq!(egress[2], json!({"to": [{"namespaceSelector": {}}]}));
 }

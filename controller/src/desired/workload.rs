@@ -405,6 +405,8 @@ pub(super) fn stateful_set(cr: &ConnectivityProxy, ns: &str, resolved: &Resolved
     }
     let mut pod_labels = names::managed_labels();
     pod_labels.insert("app".into(), APP.into());
+    let (k, v) = super::network::FROM_INGRESS_GATEWAY_LABEL;
+    pod_labels.insert(k.into(), v.into());
     let sts = StatefulSet {
         spec: StatefulSetSpec {
             replicas: Some(d.replica_count.unwrap_or(1)),

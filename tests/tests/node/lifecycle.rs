@@ -343,13 +343,26 @@ async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module
         )
         .await
         .context("the user's edit")?;
-        // A member of that group only (not a privileged user) changes spec.deployment: admitted once
-        // the webhook has read the ConfigMap.
+        // A member of that group only (not a privileged user; the group may edit in kyma-system)
+        // changes spec.deployment: admitted once the webhook has read the ConfigMap.
+        let bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
+            Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+        bindings
+            .patch(
+                &group,
+                &PatchParams::apply(cp_tests::node::SRE_USER),
+                &Patch::Apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": group, "namespace": names::KYMA_SYSTEM},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]})),
+            )
+            .await
+            .context("the group may edit in kyma-system")?;
         let member = cluster
             .cp
             .client(&cp_tests::cluster::Identity::User {
                 name: "cp-sre-team-member".into(),
-                groups: vec!["system:masters".into(), group.clone()],
+                groups: vec![group.clone()],
             })
             .await?;
         let as_member: Api<ConnectivityProxy> = Api::namespaced(member, names::KYMA_SYSTEM);
@@ -398,6 +411,7 @@ async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module
             (json!(20010 + round), json!(fd)),
             "round {round}: the user's port and the SRE's open-files limit after the forced re-apply"
         );
+        bindings.delete(&group, &DeleteParams::default()).await?;
     }
     crate::node::wait_cr_ready(&cluster, Duration::from_secs(180))
         .await

@@ -435,6 +435,51 @@ async fn probe_pod(
     Ok((ns.to_string(), name.to_string()))
 }
 
+/// A pod that accepts TCP connections on `ports` (busybox `nc`, one container per port); its IP once
+/// every listener runs.
+async fn listener_pod(
+    cluster: &Cluster,
+    ns: &str,
+    name: &str,
+    labels: serde_json::Value,
+    ports: &[i32],
+) -> anyhow::Result<String> {
+    let containers: Vec<serde_json::Value> = ports
+        .iter()
+        .map(|port| {
+            serde_json::json!({"name": format!("tcp-{port}"), "image": "localhost/cp-node-busybox:0.1.0",
+                "command": ["nc", "-ll", "-p", port.to_string(), "-e", "true"]})
+        })
+        .collect();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"automountServiceAccountToken": false, "terminationGracePeriodSeconds": 0,
+                 "containers": containers}
+    }))?;
+    let pods: Api<Pod> = Api::namespaced(cluster.cp.admin().await?, ns);
+    pods.create(&Default::default(), &pod).await?;
+    cp_tests::wait::until_object(
+        &pods,
+        name,
+        "every listener running",
+        Duration::from_secs(60),
+        |p| {
+            let st = p.status.clone().unwrap_or_default();
+            let running = st
+                .container_statuses
+                .unwrap_or_default()
+                .iter()
+                .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                .count();
+            match (running == ports.len(), st.pod_ip) {
+                (true, Some(ip)) => Ok(Some(ip)),
+                other => Err(format!("{running} running, {other:?}")),
+            }
+        },
+    )
+    .await
+}
+
 /// Whether the probe pod opens a TCP connection to `ip:port` (busybox `nc ... -e true`: exit 0 once
 /// connected, 1 when refused or rejected).
 fn connects(
@@ -503,33 +548,75 @@ async fn network_policies_are_enforced(cluster: &Cluster) -> anyhow::Result<()> 
     cp_tests::cluster::ensure_namespace(&admin, "np-probe").await?;
     // A stand-in for Gardener's CoreDNS pods (kube-system, `k8s-app: kube-dns`): TCP listeners on 53,
     // 8053 (CoreDNS's port there) and 9053 (a port the module's DNS policy does not open).
-    let dns_pods: Api<Pod> = Api::namespaced(admin.clone(), "kube-system");
-    let listener = |port: i32| {
-        serde_json::json!({"name": format!("tcp-{port}"), "image": "localhost/cp-node-busybox:0.1.0",
-            "command": ["nc", "-ll", "-p", port.to_string(), "-e", "true"]})
-    };
-    let dns: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "np-kube-dns", "labels": {"k8s-app": "kube-dns"}},
-        "spec": {"automountServiceAccountToken": false,
-                 "containers": [listener(53), listener(8053), listener(9053)]}
-    }))?;
-    dns_pods.create(&Default::default(), &dns).await?;
-    let dns_ip = cp_tests::wait::until_object(
-        &dns_pods,
+    let dns_ip = listener_pod(
+        cluster,
+        "kube-system",
         "np-kube-dns",
-        "the kube-dns stand-in running",
+        serde_json::json!({"k8s-app": "kube-dns"}),
+        &[53, 8053, 9053],
+    )
+    .await?;
+    // A service channel's target (3300, which a ServiceMapping names, and 3301, which none does); a
+    // stand-in for istiod (`istio: pilot` in the Istio namespace: 15012, which sidecars dial, and 15010);
+    // a pod shaped like the Istio module's ingress gateway (`istio: ingressgateway`) under that module's
+    // own egress policy, which lets it reach only pods labelled `from-ingressgateway`
+    // (kyma-project/istio, docs/contributor/adr/0015-networkpolicies-istio-kyma-system.md).
+    let target = listener_pod(
+        cluster,
+        "np-probe",
+        "np-channel-target",
+        serde_json::json!({"app": "np-channel-target"}),
+        &[3300, 3301],
+    )
+    .await?;
+    let istiod = listener_pod(
+        cluster,
+        names::ISTIO_NAMESPACE,
+        "np-istiod",
+        serde_json::json!({"istio": "pilot"}),
+        &[15012, 15010],
+    )
+    .await?;
+    let gateway_policy: k8s_openapi::api::networking::v1::NetworkPolicy =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kyma-project.io--istio-ingressgateway-egress",
+                         "labels": {"kyma-project.io/module": "istio"}},
+            "spec": {"podSelector": {"matchLabels": {"istio": "ingressgateway"}},
+                     "policyTypes": ["Egress"],
+                     "egress": [{"to": [{"podSelector": {"matchLabels":
+                         {"networking.kyma-project.io/from-ingressgateway": "allowed"}},
+                         "namespaceSelector": {}}]}]}
+        }))?;
+    let istio_policies: Api<k8s_openapi::api::networking::v1::NetworkPolicy> =
+        Api::namespaced(admin.clone(), names::ISTIO_NAMESPACE);
+    istio_policies
+        .create(&Default::default(), &gateway_policy)
+        .await
+        .context("the Istio module's gateway egress policy")?;
+    let gateway = probe_pod(
+        cluster,
+        names::ISTIO_NAMESPACE,
+        "np-ingressgateway",
+        serde_json::json!({"istio": "ingressgateway"}),
+    )
+    .await?;
+    let mappings: Api<cp_api::ServiceMapping> = Api::all(admin.clone());
+    let mut channel = cp_api::testing::tcp_mapping("np-channel", "np-subaccount", "np-channel");
+    channel.spec.internal_address = format!("{target}:3300");
+    mappings.create(&Default::default(), &channel).await?;
+    let policies: Api<k8s_openapi::api::networking::v1::NetworkPolicy> =
+        Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    cp_tests::wait::until_object(
+        &policies,
+        names::NETWORK_POLICIES[7],
+        "the proxy's egress opens the channel's port",
         Duration::from_secs(60),
-        |p| {
-            let st = p.status.clone().unwrap_or_default();
-            let running = st
-                .container_statuses
-                .unwrap_or_default()
-                .iter()
-                .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-                .count();
-            match (running, st.pod_ip) {
-                (3, Some(ip)) => Ok(Some(ip)),
-                other => Err(format!("{other:?}")),
+        |np| {
+            let body = serde_json::to_string(&np.spec).unwrap_or_default();
+            if body.contains("3300") {
+                Ok(Some(()))
+            } else {
+                Err(body)
             }
         },
     )
@@ -648,6 +735,48 @@ async fn network_policies_are_enforced(cluster: &Cluster) -> anyhow::Result<()> 
             9053,
             false,
         ),
+        (
+            "a proxy-shaped pod → a service channel's target (3300, mapped)",
+            &proxy_like,
+            target.as_str(),
+            3300,
+            true,
+        ),
+        (
+            "a proxy-shaped pod → the same pod on a port no mapping names",
+            &proxy_like,
+            target.as_str(),
+            3301,
+            false,
+        ),
+        (
+            "a proxy-shaped pod (its sidecar) → istiod on 15012",
+            &proxy_like,
+            istiod.as_str(),
+            15012,
+            true,
+        ),
+        (
+            "a proxy-shaped pod → istiod on 15010 (plain-text xDS)",
+            &proxy_like,
+            istiod.as_str(),
+            15010,
+            false,
+        ),
+        (
+            "the ingress gateway under the Istio module's policy → the proxy's tunnel port",
+            &gateway,
+            proxy.as_str(),
+            names::TUNNEL_PORT,
+            true,
+        ),
+        (
+            "the ingress gateway under the Istio module's policy → an unlabelled pod",
+            &gateway,
+            dns_ip.as_str(),
+            9053,
+            false,
+        ),
     ];
     let mut wrong = Vec::new();
     for (what, from, ip, port, expected) in &cases {
@@ -703,13 +832,28 @@ async fn network_policies_are_enforced(cluster: &Cluster) -> anyhow::Result<()> 
         )
         .await?;
     }
-    // The probes, their namespace and the DNS stand-in go (the uninstall step compares the cluster with
-    // its state before).
+    // The probes, their namespace, the stand-ins, the Istio module's policy and the mapping go (the
+    // uninstall step compares the cluster with its state before).
     Api::<Pod>::namespaced(admin.clone(), names::KYMA_SYSTEM)
         .delete("np-proxy-like", &DeleteParams::default().grace_period(0))
         .await?;
-    dns_pods
+    Api::<Pod>::namespaced(admin.clone(), "kube-system")
         .delete("np-kube-dns", &DeleteParams::default().grace_period(0))
+        .await?;
+    let istio_pods: Api<Pod> = Api::namespaced(admin.clone(), names::ISTIO_NAMESPACE);
+    for pod in ["np-istiod", "np-ingressgateway"] {
+        istio_pods
+            .delete(pod, &DeleteParams::default().grace_period(0))
+            .await?;
+    }
+    istio_policies
+        .delete(
+            "kyma-project.io--istio-ingressgateway-egress",
+            &DeleteParams::default(),
+        )
+        .await?;
+    mappings
+        .delete("np-channel", &DeleteParams::default())
         .await?;
     let namespaces: Api<Namespace> = Api::all(admin);
     namespaces
