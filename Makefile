@@ -8,7 +8,7 @@ export CARGO_TERM_COLOR ?= never
 BIN := $(CARGO_TARGET_DIR)/debug
 
 .PHONY: all run run-cluster test lint fmt k8s-bins node-bins build manifests check-leaks soak fuzz bench go-peer \
-	preflight images test-images prom-bins check check-reference print-target-dir deny audit release sbom
+	preflight images test-images prom-bins check check-reference print-target-dir deny audit release sbom test-skew
 
 all: build
 
@@ -71,6 +71,12 @@ check: preflight
 test: k8s-bins node-bins prom-bins lint deny build test-images
 	@bash hack/preflight.sh test >/dev/null
 	@bash hack/test.sh
+	@$(MAKE) --no-print-directory check-leaks
+
+## The control-plane and node tests on three Kubernetes minors (the newest, as `make test`, and the older
+## ones pinned in tests/k8s-bins/skew/); SKEW_VERSIONS picks some. Not part of `make test` (README).
+test-skew: k8s-bins node-bins test-images
+	@bash hack/test-skew.sh
 	@$(MAKE) --no-print-directory check-leaks
 
 ## Fails if a control-plane process outlived the tests (the watchdog stops them within seconds).

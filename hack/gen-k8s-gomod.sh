@@ -3,8 +3,12 @@
 # release and replaces every staging module (the k8s.io/* requirements at v0.0.0 in the release's own
 # go.mod) with its published v0.MINOR.PATCH tag.
 set -euo pipefail
-version=${1:?usage: gen-k8s-gomod.sh v1.N.P}
-here=$(cd "$(dirname "$0")/.." && pwd)/tests/k8s-bins/kube
+# With a second argument, into that directory instead (the skew lanes: tests/k8s-bins/skew/v1.N.P).
+version=${1:?usage: gen-k8s-gomod.sh v1.N.P [dir]}
+root=$(cd "$(dirname "$0")/.." && pwd)
+here=${2:-$root/tests/k8s-bins/kube}
+mkdir -p "$here"
+[ -f "$here/tools.go" ] || cp "$root/tests/k8s-bins/kube/tools.go" "$here/tools.go"
 staging=v0.${version#v1.}
 gomod=$(GOTOOLCHAIN=local go mod download -json "k8s.io/kubernetes@${version}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
 {

@@ -4,7 +4,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 version_of() { awk -v m="$1" '$1 == m || ($1 == "require" && $2 == m) {print $NF; exit}' "$2"; }
-kube_version=$(version_of k8s.io/kubernetes "$root/tests/k8s-bins/kube/go.mod")
+# CP_K8S_MODULE_DIR: another module directory pinning another Kubernetes release (the skew lanes,
+# tests/k8s-bins/skew/v1.N.P); the cache is keyed by the version it pins.
+kube_dir=${CP_K8S_MODULE_DIR:-$root/tests/k8s-bins/kube}
+kube_version=$(version_of k8s.io/kubernetes "$kube_dir/go.mod")
 etcd_version=$(version_of go.etcd.io/etcd/server/v3 "$root/tests/k8s-bins/etcd/go.mod")
 [ -n "$kube_version" ] && [ -n "$etcd_version" ] || { echo "cannot read pinned versions from tests/k8s-bins/*/go.mod" >&2; exit 1; }
 cache=${CP_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cp-operator/k8s-${kube_version}-etcd-${etcd_version}}
@@ -15,6 +18,7 @@ export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 minor=${kube_version#v1.}; minor=${minor%%.*}
 kube_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${kube_version} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/component-base/version.gitTreeState=clean"
 
+module_dir() { if [ "$1" = kube ]; then echo "$kube_dir"; else echo "$root/tests/k8s-bins/$1"; fi; }
 build() { # dir package output [ldflags]
   local out="$cache/bin/$3"
   if [ -x "$out" ]; then return 0; fi
@@ -24,7 +28,7 @@ build() { # dir package output [ldflags]
   ( while sleep 30; do echo ">> still building $3: $((SECONDS - start)) s so far" >&2; done ) &
   local ticker=$!
   local rc=0
-  (cd "$root/tests/k8s-bins/$1" && go build -trimpath -ldflags="${4:--s -w}" -o "$out.tmp" "$2") || rc=$?
+  (cd "$(module_dir "$1")" && go build -trimpath -ldflags="${4:--s -w}" -o "$out.tmp" "$2") || rc=$?
   kill "$ticker" 2>/dev/null || true
   wait "$ticker" 2>/dev/null || true
   if [ "$rc" != 0 ]; then
