@@ -246,7 +246,7 @@ impl Cluster {
         )?;
         fs::write(
             dir.join("kubelet.yaml"),
-            kubelet_config(&dir, &socket, &cgroup_root),
+            kubelet_config(&dir, &socket, &cgroup_root, kubelet_minor(&k8s_bins)?),
         )?;
         fs::write(dir.join("kube-proxy.yaml"), kube_proxy_config(&dir))?;
         let kubelet_id = Identity::User {
@@ -1019,8 +1019,28 @@ state = "{d}/containerd/state"
     )
 }
 
-fn kubelet_config(dir: &Path, socket: &Path, cgroup_root: &str) -> String {
+/// The kubelet's minor version (`kubelet --version`: `Kubernetes v1.N.P`).
+fn kubelet_minor(k8s_bins: &Path) -> anyhow::Result<u32> {
+    let out = std::process::Command::new(k8s_bins.join("kubelet"))
+        .arg("--version")
+        .output()
+        .context("kubelet --version")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("v1."))
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|m| m.parse().ok())
+        .with_context(|| format!("no version in kubelet --version: {text:?}"))
+}
+
+fn kubelet_config(dir: &Path, socket: &Path, cgroup_root: &str, minor: u32) -> String {
     let d = dir.display();
+    // Before 1.35 the restart cap below is behind an alpha gate (KEP-4603); from 1.35 it is on.
+    let gates = if minor < 35 {
+        "featureGates: {KubeletCrashLoopBackOffMax: true}\n"
+    } else {
+        ""
+    };
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -1053,7 +1073,7 @@ makeIPTablesUtilChains: true
 # on purpose, repeatedly.
 crashLoopBackOff:
   maxContainerRestartPeriod: 5s
-"#,
+{gates}"#,
         socket = socket.display()
     )
 }
