@@ -129,19 +129,23 @@ fn walk(
     }
 }
 
+/// The release defaults recorded on the CR (the values annotation), if any and readable.
+fn recorded_defaults(cr: &ConnectivityProxy) -> Option<Value> {
+    cr.annotations()
+        .get(cp_api::keys::DEFAULTS_VALUES_ANNOTATION)
+        .and_then(|s| serde_json::from_str(s).ok())
+}
+
 /// The defaults `spec.deployment` was last moved to: the values recorded on the CR; for a CR stamped
 /// only with a release id (no values), the CR's own `spec.deployment` when its hash is that id's
 /// (nothing changed since); otherwise this build's compiled defaults (a CR the webhook defaulted, or
 /// one changed since an id-only stamp: a field that differs from them is kept).
 fn previous_defaults(cr: &ConnectivityProxy, current: &Value) -> Value {
-    let annotations = cr.annotations();
-    if let Some(v) = annotations
-        .get(cp_api::keys::DEFAULTS_VALUES_ANNOTATION)
-        .and_then(|s| serde_json::from_str::<Value>(s).ok())
-    {
+    if let Some(v) = recorded_defaults(cr) {
         return v;
     }
-    let unchanged_since_stamp = annotations
+    let unchanged_since_stamp = cr
+        .annotations()
         .get(cp_api::keys::DEFAULTS_RELEASE_ANNOTATION)
         .and_then(|id| id.rsplit_once('-'))
         .is_some_and(|(_, hash)| hash == crate::desired::hash_str(&current.to_string()));
@@ -155,11 +159,7 @@ fn previous_defaults(cr: &ConnectivityProxy, current: &Value) -> Value {
 /// The `spec.deployment` fields holding a value other than the defaults recorded on the CR (the ones
 /// an upgrade keeps), for the status.
 pub fn kept_fields(cr: &ConnectivityProxy) -> Vec<String> {
-    let Some(recorded) = cr
-        .annotations()
-        .get(cp_api::keys::DEFAULTS_VALUES_ANNOTATION)
-        .and_then(|s| serde_json::from_str::<Value>(s).ok())
-    else {
+    let Some(recorded) = recorded_defaults(cr) else {
         return Vec::new();
     };
     let current = serde_json::to_value(&cr.spec.deployment).unwrap_or(Value::Null);

@@ -382,3 +382,26 @@ pub fn v1_resource(group: &str, kind: &str, plural: &str) -> ApiResource {
         plural: plural.into(),
     }
 }
+
+/// Waits until the CR's `status.keptDeploymentFields` is `expected` (the fields an upgrade kept).
+pub async fn wait_kept_deployment_fields(
+    api: &kube::Api<cp_api::ConnectivityProxy>,
+    name: &str,
+    expected: &[&str],
+) -> anyhow::Result<()> {
+    crate::wait::until_object(
+        api,
+        name,
+        "the status names the kept fields",
+        std::time::Duration::from_secs(60),
+        |cr| {
+            let kept = cr.status.unwrap_or_default().kept_deployment_fields;
+            if kept == expected {
+                Ok(Some(()))
+            } else {
+                Err(format!("{kept:?}"))
+            }
+        },
+    )
+    .await
+}

@@ -86,19 +86,10 @@ async fn legacy_install_is_taken_over_then_the_operator_is_upgraded() {
         20000,
         "the SRE's change survives the upgrade"
     );
-    cp_tests::wait::until_object(
+    cp_tests::support::wait_kept_deployment_fields(
         &api,
         "connectivity-proxy",
-        "the status names the kept field",
-        Duration::from_secs(20),
-        |cr| {
-            let kept = cr.status.unwrap_or_default().kept_deployment_fields;
-            if kept == ["spec.deployment.resources.maxFileDescriptorCount"] {
-                Ok(Some(()))
-            } else {
-                Err(format!("{kept:?}"))
-            }
-        },
+        &["spec.deployment.resources.maxFileDescriptorCount"],
     )
     .await
     .expect("kept field in the status");

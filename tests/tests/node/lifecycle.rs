@@ -466,19 +466,10 @@ async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module
         json!(sre_fd),
         "the SRE's open-files limit kept over the new release's default"
     );
-    cp_tests::wait::until_object(
+    cp_tests::support::wait_kept_deployment_fields(
         &crs,
         CR,
-        "the status names the kept field",
-        Duration::from_secs(60),
-        |c| {
-            let kept = c.status.clone().unwrap_or_default().kept_deployment_fields;
-            if kept == ["spec.deployment.resources.maxFileDescriptorCount"] {
-                Ok(Some(()))
-            } else {
-                Err(format!("{kept:?}"))
-            }
-        },
+        &["spec.deployment.resources.maxFileDescriptorCount"],
     )
     .await?;
     crate::node::wait_cr_ready(&cluster, Duration::from_secs(180))
