@@ -61,12 +61,26 @@ pub struct Ctx {
     pub reported_conflicts: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
     /// Labelled objects without an ownership proof already named in a Warning (`Kind ns/name`).
     pub reported_unproven: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// The ConnectivityProxy CRs outside kyma-system, as (namespace, name), kept by
+    /// [`crate::outside`]: lifecycle-manager removes the module only when none is left, so the module's
+    /// own CR names them while its deletion waits.
+    pub outside: std::sync::Mutex<std::collections::BTreeSet<(String, String)>>,
+    /// Wakes a CR's reconcile (a foreign CR gone lets a blocked deletion go on).
+    pub wake: crate::cache::Trigger,
 }
 
 /// How long a fetched Connectivity CA is trusted before it is fetched again.
 pub const CA_REFRESH: std::time::Duration = std::time::Duration::from_secs(3600);
 
 impl Ctx {
+    /// The CRs outside kyma-system, sorted.
+    pub fn outside_crs(&self) -> Vec<(String, String)> {
+        self.outside
+            .lock()
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Which of `names` are not installed and established.
     pub fn missing_crds(&self, names: &[&str]) -> Vec<String> {
         names

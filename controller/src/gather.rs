@@ -98,6 +98,9 @@ pub struct Facts {
     pub statefulset: Option<StatefulSet>,
     /// Why the proxy's pods fail, when they are not ready for a reason that will not pass by itself.
     pub pod_problem: Option<String>,
+    /// The ConnectivityProxy CRs outside kyma-system, as (namespace, name), sorted: each blocks the
+    /// module's removal by lifecycle-manager ([`crate::outside`]).
+    pub outside: Vec<(String, String)>,
 }
 
 impl Facts {
@@ -124,6 +127,7 @@ impl Facts {
             unproven: vec![],
             statefulset: None,
             pod_problem: None,
+            outside: vec![],
         }
     }
 
@@ -260,6 +264,7 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         unproven,
         pod_problem: None,
         statefulset,
+        outside: ctx.outside_crs(),
     };
     facts.resolve_service_key(cr);
     tunnel_and_ca(cr, ctx, &mut facts).await?;

@@ -4,6 +4,11 @@
 //! answers each new generation with the same Warning the plan gives (`OutsideModuleNamespace`). A CR
 //! an editor of any namespace creates, with 256 kB of annotations, costs the controller no memory
 //! beyond that identity.
+//!
+//! Those identities are also what the module's own CR names in its status
+//! (`ConnectivityProxiesOutsideModuleNamespace`): lifecycle-manager removes the module only once no CR
+//! of its CRDs is left in any namespace (kyma-project/lifecycle-manager#3006, PR #3012, after the ADR
+//! in kyma-project/community#972), so each such CR silently blocks the module's removal.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -54,17 +59,40 @@ pub async fn run(ctx: Arc<Ctx>) {
                     answered.remove(&(ns.clone(), name.clone()));
                     ctx.metrics.forget(&ns, &name);
                 }
+                let changed = ctx.outside.lock().is_ok_and(|mut known| {
+                    let before = known.len();
+                    known.retain(|id| seen.contains(id));
+                    known.len() != before
+                });
+                if changed {
+                    wake_module_crs(&ctx);
+                }
             }
             Ok(watcher::Event::Apply(m)) => note(&ctx, &mut answered, m).await,
             Ok(watcher::Event::Delete(m)) => {
-                if let Some((ns, name)) = identity(&m.metadata)
-                    && answered.remove(&(ns.clone(), name.clone())).is_some()
-                {
-                    ctx.metrics.forget(&ns, &name);
+                if let Some((ns, name)) = identity(&m.metadata) {
+                    let id = (ns, name);
+                    if answered.remove(&id).is_some() {
+                        ctx.metrics.forget(&id.0, &id.1);
+                    }
+                    if ctx.outside.lock().is_ok_and(|mut known| known.remove(&id)) {
+                        wake_module_crs(&ctx);
+                    }
                 }
             }
             Err(e) => tracing::debug!(error = %e, "metadata watch of ConnectivityProxies"),
         }
+    }
+}
+
+/// Wakes every CR in kyma-system: their status names the CRs outside it, which just changed.
+fn wake_module_crs(ctx: &Ctx) {
+    for cr in ctx.proxies.state() {
+        // A full channel drops the wake-up; the CR's resync is the fallback.
+        let _ = ctx
+            .wake
+            .clone()
+            .try_send(kube::runtime::reflector::ObjectRef::from_obj(&*cr));
     }
 }
 
@@ -85,6 +113,10 @@ async fn note(
     let Some(id) = identity(&m.metadata) else {
         return;
     };
+    // Known until it is gone, also while it is being deleted (it still blocks the module's removal).
+    if ctx.outside.lock().is_ok_and(|mut known| known.insert(id.clone())) {
+        wake_module_crs(ctx);
+    }
     if m.metadata.deletion_timestamp.is_some() {
         return;
     }

@@ -162,6 +162,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // read: kyma-system, istio-system, cluster scope), each event mapped to its CR through the owner
     // labels: drift anywhere is repaired within seconds, and a steady reconcile reads nothing but its CR.
     let (trigger, triggered) = futures::channel::mpsc::channel::<ObjectRef<ConnectivityProxy>>(256);
+    let wake = trigger.clone();
     let cache = crate::cache::Cache::start(client.clone(), crds.clone(), proxies.clone(), trigger);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
@@ -183,6 +184,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         failures: Default::default(),
         reported_conflicts: Default::default(),
         reported_unproven: Default::default(),
+        outside: Default::default(),
+        wake,
         synced: health.ready.clone(),
         settings: Settings {
             deployment_defaults: crate::upgrade::release_defaults(overrides.as_ref()),

@@ -98,11 +98,17 @@ reasons! {
     /// The aggregated ServiceMappings take 80 % or more of the ConfigMap's budget: everything works, new
     /// mappings are refused once it is full.
     Status ServiceMappingsNearLimit,
+    /// The module is ready, but ConnectivityProxy CRs exist outside kyma-system: they configure nothing
+    /// and block the module's removal by lifecycle-manager (named in the description).
+    Status ConnectivityProxiesOutsideModuleNamespace,
     /// The audit log Secret the CR names is absent, not opted in or another module's: the proxy runs
     /// without it.
     Status AuditLogSecretNotUsable,
     /// The CR is being deleted but ServiceMappings exist.
     Status DeletionBlockedByServiceMappings,
+    /// The CR in kyma-system is being deleted but ConnectivityProxy CRs exist in other namespaces:
+    /// lifecycle-manager removes the module only once none is left.
+    Status DeletionBlockedByForeignConnectivityProxies,
     /// Every managed object is being removed.
     Status Deleting,
     /// Event: a legacy-named object without the legacy marks was left alone.

@@ -650,6 +650,15 @@ impl Report<'_> {
             };
             return (computed, after);
         }
+        if computed.state == State::Ready && !self.facts.outside.is_empty() {
+            let computed = Computed {
+                state: State::Warning,
+                description: outside_message(&self.facts.outside),
+                reason: Reason::ConnectivityProxiesOutsideModuleNamespace,
+                ..computed
+            };
+            return (computed, after);
+        }
         (computed, after)
     }
 
@@ -695,6 +704,30 @@ impl Report<'_> {
             },
         }
     }
+}
+
+/// How many CRs outside kyma-system a status message names.
+const OUTSIDE_LISTED: usize = 10;
+
+/// The module is ready, but CRs outside kyma-system exist: what they do (nothing) and block (the
+/// module's removal), which (at most [`OUTSIDE_LISTED`], sorted) and the command that removes one.
+fn outside_message(outside: &[(String, String)]) -> String {
+    let mut listed: Vec<String> = outside
+        .iter()
+        .take(OUTSIDE_LISTED)
+        .map(|(ns, name)| format!("{ns}/{name}"))
+        .collect();
+    if outside.len() > OUTSIDE_LISTED {
+        listed.push(format!("and {} more", outside.len() - OUTSIDE_LISTED));
+    }
+    let (ns, name) = &outside[0];
+    format!(
+        "Connectivity Proxy is ready, but ConnectivityProxy CRs outside {} configure nothing and block \
+         the module's removal (lifecycle-manager removes the module only when none is left in any \
+         namespace): {}; delete each (kubectl delete connectivityproxies.connectivityproxy.sap.com -n {ns} {name})",
+        names::KYMA_SYSTEM,
+        listed.join(", ")
+    )
 }
 
 /// How many duplicate mappings a status message names.

@@ -142,6 +142,7 @@ impl TestFacts {
             unproven: vec![],
             statefulset: Some(mk_statefulset(1, 1, 1)),
             pod_problem: None,
+            outside: vec![],
         })
     }
 
@@ -623,6 +624,50 @@ fn a_missing_dependency_applies_nothing() {
         "{}",
         status.description
     );
+}
+
+#[test]
+fn crs_outside_kyma_system_turn_ready_into_a_warning_naming_them_and_the_command() {
+    let cr = mk_default_cr();
+    let outside: Vec<(String, String)> = (0..12)
+        .map(|i| (format!("team-{i:02}"), format!("cr-{i}")))
+        .collect();
+    let facts = TestFacts::ready().with(|f| f.outside = outside.clone());
+    let i = install(run(&cr, &facts.applied(&cr)));
+    assert_eq!(
+        (i.status.state, i.status.reason),
+        (
+            State::Warning,
+            Reason::ConnectivityProxiesOutsideModuleNamespace
+        ),
+        "{}",
+        i.status.description
+    );
+    let d = &i.status.description;
+    assert!(
+        d.contains("block the module's removal")
+            && d.contains(": team-00/cr-0, team-01/cr-1,")
+            && d.contains("team-09/cr-9, and 2 more;")
+            && !d.contains("team-10")
+            && d.contains("kubectl delete connectivityproxies.connectivityproxy.sap.com -n team-00 cr-0"),
+        "{d}"
+    );
+    // Everything is still applied and the Ready condition holds: only the state warns.
+    assert!(
+        i.status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == types::READY && c.status == "True"),
+        "{:?}",
+        i.status.conditions
+    );
+    // Not Ready for another reason: that reason stays first.
+    let facts = TestFacts::ready().with(|f| {
+        f.outside = outside;
+        f.statefulset = None;
+    });
+    let i = install(run(&cr, &facts.applied(&cr)));
+    assert_eq!(i.status.reason, Reason::StatefulSetNotReady);
 }
 
 #[test]

@@ -511,6 +511,49 @@ async fn a_second_cr_gets_a_warning_and_changes_nothing() {
 }
 
 #[tokio::test]
+async fn the_module_cr_names_the_crs_outside_kyma_system_that_block_its_removal() {
+    let env = scenario().await;
+    let admin = &env.admin;
+    create_default_cr(admin, NS, "connectivity-proxy").await;
+    make_ready(admin, NS, "connectivity-proxy").await;
+    // lifecycle-manager removes the module only once no CR of its CRDs is left in any namespace.
+    let other_ns = env.cp.namespace("stray").await.expect("ns");
+    create_default_cr(admin, &other_ns, "stray").await;
+    let cr = wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Warning,
+        None,
+        Duration::from_secs(10),
+    )
+    .await;
+    let description = cr.status.and_then(|s| s.description).unwrap_or_default();
+    assert!(
+        description.contains("block the module's removal")
+            && description.contains(&format!(": {other_ns}/stray;"))
+            && description.contains(&format!(
+                "kubectl delete connectivityproxies.connectivityproxy.sap.com -n {other_ns} stray"
+            )),
+        "{description}"
+    );
+    Api::<ConnectivityProxy>::namespaced(admin.clone(), &other_ns)
+        .delete("stray", &DeleteParams::default())
+        .await
+        .expect("delete the stray CR");
+    // Woken by the metadata watch, not by the resync.
+    wait_state(
+        admin,
+        NS,
+        "connectivity-proxy",
+        State::Ready,
+        Some("StatefulSetReady"),
+        Duration::from_secs(10),
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn a_cr_outside_kyma_system_installs_nothing_and_the_token_cannot_write_there() {
     let env = scenario().await;
     let admin = &env.admin;
