@@ -114,7 +114,11 @@ async fn note(
         return;
     };
     // Known until it is gone, also while it is being deleted (it still blocks the module's removal).
-    if ctx.outside.lock().is_ok_and(|mut known| known.insert(id.clone())) {
+    if ctx
+        .outside
+        .lock()
+        .is_ok_and(|mut known| known.insert(id.clone()))
+    {
         wake_module_crs(ctx);
     }
     if m.metadata.deletion_timestamp.is_some() {

@@ -16,6 +16,7 @@ pub mod group;
 pub mod legacy;
 pub mod lifecycle;
 pub mod manifest;
+pub mod neighbours;
 pub mod netns;
 pub mod node;
 pub mod prometheus;

@@ -483,6 +483,17 @@ exit 1
         Ok(())
     }
 
+    /// Every image name containerd holds for the pods (`ctr images ls -q`).
+    pub fn image_names(&self) -> anyhow::Result<Vec<String>> {
+        let out = run(self.ctr().args(["images", "ls", "-q"]), "ctr images ls")?;
+        Ok(out
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("sha256:"))
+            .map(String::from)
+            .collect())
+    }
+
     /// Waits until the node reports Ready.
     pub async fn wait_node_ready(&self, timeout: Duration) -> anyhow::Result<()> {
         let nodes: Api<Node> = Api::all(self.cp.admin().await?);

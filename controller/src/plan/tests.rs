@@ -649,7 +649,9 @@ fn crs_outside_kyma_system_turn_ready_into_a_warning_naming_them_and_the_command
             && d.contains(": team-00/cr-0, team-01/cr-1,")
             && d.contains("team-09/cr-9, and 2 more;")
             && !d.contains("team-10")
-            && d.contains("kubectl delete connectivityproxies.connectivityproxy.sap.com -n team-00 cr-0"),
+            && d.contains(
+                "kubectl delete connectivityproxies.connectivityproxy.sap.com -n team-00 cr-0"
+            ),
         "{d}"
     );
     // Everything is still applied and the Ready condition holds: only the state warns.

@@ -48,9 +48,20 @@
 //! `subaccount_id`; when the configuration has a `subaccountId`, it must equal the key's
 //! `subaccount_id` (the real proxy refuses a key of another subaccount).
 //!
-//! Not checked: the service mappings (`/etc/connectivity/properties/servicemappings`), the audit-log
-//! credentials (their projected Secret is optional), the Connectivity service itself (nothing is
-//! contacted).
+//! Not checked: the service mappings' content beyond their addresses, the audit-log credentials
+//! (their projected Secret is optional), the Connectivity service's answers.
+//!
+//! # What it dials
+//!
+//! While everything reads back, every 3 seconds (env `CP_STANDIN_DIAL_EVERY`, seconds), a TCP connect
+//! to each published service channel's `internalAddress` (the mappings file
+//! `/etc/connectivity/properties/servicemappings/servicemappings`, env `CP_STANDIN_MAPPINGS`) and to
+//! the Connectivity service endpoint of the service key (`connectivity_service.url`, port 443); see
+//! [`dial`]. Each outcome is logged when it changes:
+//!
+//! ```text
+//! {"standin":"connectivity-proxy","event":"dial","target":"channel erp","address":"10.244.0.9:3300","reachable":true}
+//! ```
 //!
 //! # What it does
 //!
@@ -69,6 +80,7 @@
 #![forbid(unsafe_code)]
 
 mod check;
+mod dial;
 mod yaml11;
 
 use std::collections::BTreeMap;
@@ -76,8 +88,8 @@ use std::io::{ErrorKind, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -87,7 +99,9 @@ use check::Problem;
 const DEFAULT_CONFIG: &str =
     "/etc/connectivity/properties/user-provided/connectivity-proxy-config.yml";
 const DEFAULT_SECRETS: &str = "/etc/connectivity/secrets";
+const DEFAULT_MAPPINGS: &str = "/etc/connectivity/properties/servicemappings/servicemappings";
 const CHECK_EVERY: Duration = Duration::from_secs(2);
+const DIAL_EVERY: Duration = Duration::from_secs(3);
 const POLL: Duration = Duration::from_millis(50);
 
 /// Writes one JSON log line with `standin` first and the fields in the order given.
@@ -121,14 +135,18 @@ fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))
 }
 
-/// One round of checks: what to serve, or the file at fault and the problem.
-fn evaluate(config_path: &Path, secrets: &Path) -> Result<check::Ready, (PathBuf, String)> {
+/// One round of checks: what to serve (and the service key's text), or the file at fault and the
+/// problem.
+fn evaluate(
+    config_path: &Path,
+    secrets: &Path,
+) -> Result<(check::Ready, String), (PathBuf, String)> {
     let config_text = read(config_path).map_err(|p| (config_path.to_owned(), p))?;
     let config = check::check_config(&config_text).map_err(|p| (config_path.to_owned(), p))?;
     let key_path = secrets.join(&config.credentials_key);
     let key_text = read(&key_path).map_err(|p| (key_path.clone(), p))?;
     match check::check(&config_text, &key_text) {
-        Ok(ready) => Ok(ready),
+        Ok(ready) => Ok((ready, key_text)),
         Err(Problem::Config(p)) => Err((config_path.to_owned(), p)),
         Err(Problem::ServiceKey(p)) => Err((key_path, p)),
     }
@@ -206,6 +224,14 @@ fn main() -> ExitCode {
         std::env::var_os("CP_STANDIN_SECRETS").unwrap_or_else(|| DEFAULT_SECRETS.into()),
     );
 
+    let mappings_path = PathBuf::from(
+        std::env::var_os("CP_STANDIN_MAPPINGS").unwrap_or_else(|| DEFAULT_MAPPINGS.into()),
+    );
+    let dial_every = std::env::var("CP_STANDIN_DIAL_EVERY")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map_or(DIAL_EVERY, Duration::from_secs);
+
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(e) = signal_hook::flag::register(signal, Arc::clone(&stop)) {
@@ -224,7 +250,22 @@ fn main() -> ExitCode {
         ("version", text(env!("CARGO_PKG_VERSION"))),
         ("configFile", text(config_path.display().to_string())),
         ("secretsDir", text(secrets.display().to_string())),
+        ("mappingsFile", text(mappings_path.display().to_string())),
     ]);
+    let targets: Arc<Mutex<Vec<dial::Target>>> = Arc::default();
+    {
+        let (targets, stop) = (Arc::clone(&targets), Arc::clone(&stop));
+        if let Err(e) = std::thread::Builder::new()
+            .name("dial".into())
+            .spawn(move || dial::run(targets, dial_every, stop, log))
+        {
+            log(&[
+                ("event", text("error")),
+                ("problem", text(format!("cannot start dialing: {e}"))),
+            ]);
+            return ExitCode::FAILURE;
+        }
+    }
 
     let mut listeners: BTreeMap<u16, TcpListener> = BTreeMap::new();
     let mut logged: Option<(Value, String)> = None;
@@ -239,15 +280,21 @@ fn main() -> ExitCode {
         }
         if Instant::now() >= next_check {
             next_check = Instant::now() + CHECK_EVERY;
-            let outcome = evaluate(&config_path, &secrets).and_then(|ready| {
+            let outcome = evaluate(&config_path, &secrets).and_then(|(ready, key_text)| {
                 let ports = ready.config.listen_ports();
                 sync_listeners(&mut listeners, &ports)
-                    .map(|()| (ready, ports))
+                    .map(|()| (ready, key_text, ports))
                     .map_err(|p| (config_path.clone(), p))
             });
             match outcome {
-                Ok((ready, ports)) => {
+                Ok((ready, key_text, ports)) => {
                     last_problem = None;
+                    // A missing mappings file is no channel (the real proxy starts without any).
+                    let mut now = dial::channels(&read(&mappings_path).unwrap_or_default());
+                    now.extend(dial::service_endpoint(&key_text));
+                    if let Ok(mut t) = targets.lock() {
+                        *t = now;
+                    }
                     let current = (ready.config.parsed, ready.key_subaccount);
                     if logged.as_ref() != Some(&current) {
                         log(&[
@@ -267,6 +314,9 @@ fn main() -> ExitCode {
                 Err(problem) => {
                     listeners.clear();
                     last_ports.clear();
+                    if let Ok(mut t) = targets.lock() {
+                        t.clear();
+                    }
                     // Logged again after a change or a recovery, not every round.
                     if last_problem.as_ref() != Some(&problem) {
                         log(&[

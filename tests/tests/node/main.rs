@@ -5,5 +5,6 @@
 
 mod images;
 mod lifecycle;
+mod neighbours;
 mod node;
 mod node_legacy;

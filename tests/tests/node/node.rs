@@ -99,6 +99,9 @@ async fn module_on_a_real_node() -> anyhow::Result<()> {
     network_policies_are_enforced(&cluster)
         .await
         .context("step: the NetworkPolicies enforced")?;
+    crate::neighbours::neighbours_mutate_the_proxy_pods(&cluster)
+        .await
+        .context("step: neighbours mutate the proxy's pods; the proxy and its sidecar dial")?;
     edit_reaches_the_proxy(&cluster, 20010)
         .await
         .context("step: an edit reaches the proxy")?;
@@ -437,7 +440,7 @@ async fn probe_pod(
 
 /// A pod that accepts TCP connections on `ports` (busybox `nc`, one container per port); its IP once
 /// every listener runs.
-async fn listener_pod(
+pub(crate) async fn listener_pod(
     cluster: &Cluster,
     ns: &str,
     name: &str,
