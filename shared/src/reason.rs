@@ -106,9 +106,6 @@ reasons! {
     Status AuditLogSecretNotUsable,
     /// The CR is being deleted but ServiceMappings exist.
     Status DeletionBlockedByServiceMappings,
-    /// The CR in kyma-system is being deleted but ConnectivityProxy CRs exist in other namespaces:
-    /// lifecycle-manager removes the module only once none is left.
-    Status DeletionBlockedByForeignConnectivityProxies,
     /// Every managed object is being removed.
     Status Deleting,
     /// Event: a legacy-named object without the legacy marks was left alone.
