@@ -147,13 +147,17 @@ pub async fn serve_static(body: String) -> anyhow::Result<(String, tokio::task::
 
 /// The TLS acceptor of the stand-in CA endpoint ([`ca_endpoint_tls`]).
 pub fn ca_endpoint_acceptor() -> anyhow::Result<tokio_rustls::TlsAcceptor> {
+    tls_acceptor(&ca_endpoint_tls()?.leaf)
+}
+
+/// A TLS acceptor serving `leaf` (no client certificates), for the stand-ins the test process serves.
+pub fn tls_acceptor(leaf: &cp_certs::Leaf) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
     use std::sync::Arc;
     use tokio_rustls::rustls::pki_types::pem::PemObject;
     use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let tls = ca_endpoint_tls()?;
-    let certs = CertificateDer::pem_slice_iter(tls.leaf.cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()?;
-    let key = PrivateKeyDer::from_pem_slice(tls.leaf.key_pem.as_bytes())?;
+    let certs =
+        CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>()?;
+    let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes())?;
     let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
         tokio_rustls::rustls::crypto::ring::default_provider(),
     ))

@@ -194,7 +194,7 @@ impl Neighbours {
             now - time::Duration::minutes(5),
             time::Duration::days(1),
         ))?;
-        let acceptor = acceptor(&leaf)?;
+        let acceptor = crate::tls_acceptor(&leaf)?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let calls = Arc::new(AtomicUsize::new(0));
         let (counted, istiod) = (calls.clone(), istiod.to_string());
@@ -265,21 +265,6 @@ impl Neighbours {
             ]
         })
     }
-}
-
-fn acceptor(leaf: &cp_certs::Leaf) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
-    use tokio_rustls::rustls::pki_types::pem::PemObject;
-    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs =
-        CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>()?;
-    let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes())?;
-    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
-        tokio_rustls::rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_no_client_auth()
-    .with_single_cert(certs, key)?;
-    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
 /// One HTTP/1.1 request (the API server offers h2 and falls back, since no ALPN is agreed): the
