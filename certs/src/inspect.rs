@@ -69,8 +69,8 @@ pub fn inspect(cert_pem: &str) -> Result<CertInfo> {
 pub fn fingerprint(cert_pem: &str) -> Result<String> {
     let (_, pem) =
         parse_x509_pem(cert_pem.as_bytes()).map_err(|e| parse_err("certificate PEM", e))?;
-    let digest = ring::digest::digest(&ring::digest::SHA256, &pem.contents);
-    Ok(digest.as_ref().iter().map(|b| format!("{b:02x}")).collect())
+    let digest = crate::crypto::sha256(&pem.contents);
+    Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Every certificate PEM block of a bundle, in order.

@@ -2,6 +2,7 @@
 //! renewal decision. Pure: no Kubernetes calls, no clock reads except where a `now` is passed in.
 #![forbid(unsafe_code)]
 
+pub mod crypto;
 mod inspect;
 mod issue;
 pub mod renewal;

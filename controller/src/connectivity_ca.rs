@@ -230,13 +230,11 @@ pub async fn fetch(
     if roots.is_empty() {
         return Err("no trusted root certificates (system bundle empty and none given)".into());
     }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| format!("configuring TLS: {e}"))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let tls = rustls::ClientConfig::builder_with_provider(cp_certs::crypto::provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("configuring TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     let mut http = HttpConnector::new_with_resolver(resolver);
     http.enforce_http(false);
     http.set_connect_timeout(Some(timeout));

@@ -12,6 +12,9 @@ async fn main() -> std::process::ExitCode {
 
 async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
+    // Before any TLS: this build's provider becomes the process default; the FIPS build exits here
+    // unless the AWS-LC module reports FIPS mode (docs/fips.md).
+    let fips = cp_certs::crypto::install()?;
     cp_api::images::configure(args.proxy_image.as_deref(), args.utility_image.as_deref())?;
     if let Some(Command::MigratePlan {
         namespace,
@@ -28,6 +31,11 @@ async fn run() -> anyhow::Result<()> {
         )
         .json()
         .init();
+    tracing::info!(
+        fips,
+        crypto = cp_certs::crypto::backend_name(),
+        "cryptography provider installed"
+    );
     if let Some(host) = &args.check_dns {
         let resolver =
             cp_controller::connectivity_ca::Resolver::from_system().map_err(anyhow::Error::msg)?;

@@ -40,14 +40,14 @@ pub struct Metrics {
     pub cert_failures: IntCounterVec,
     /// `cp_controller_leader`: 1 while this replica leads.
     pub leader: IntGauge,
-    /// `cp_build_info{component,version}`.
+    /// `cp_build_info{component,version,fips}`.
     pub build_info: IntGaugeVec,
-    /// `cp_module_info{namespace,name,state,reason,migration,operator_version,proxy_version}`: 1 for
-    /// each CR's current combination, for a fleet view in KCP. Set through [`Metrics::set_module_info`].
+    /// `cp_module_info{namespace,name,state,reason,migration,operator_version,proxy_version,fips}`: 1
+    /// for each CR's current combination, for a fleet view in KCP (`fips`: \"true\" in the FIPS build). Set through [`Metrics::set_module_info`].
     module_info: IntGaugeVec,
     /// The label values of each CR's `cp_module_info` series, keyed by (namespace, name): replaced
     /// when they change so that exactly one series per CR exists.
-    module_info_current: Mutex<BTreeMap<(String, String), [String; 7]>>,
+    module_info_current: Mutex<BTreeMap<(String, String), [String; 8]>>,
 }
 
 /// Where the CR stands in the takeover of a legacy reconciler installation (`migration` label).
@@ -204,7 +204,7 @@ impl Metrics {
         )?;
         let build_info = IntGaugeVec::new(
             Opts::new("cp_build_info", "Build information."),
-            &["component", "version"],
+            &["component", "version", "fips"],
         )?;
         let module_info = IntGaugeVec::new(
             Opts::new(
@@ -219,6 +219,7 @@ impl Metrics {
                 "migration",
                 "operator_version",
                 "proxy_version",
+                "fips",
             ],
         )?;
         for c in [
@@ -239,7 +240,11 @@ impl Metrics {
             registry.register(c)?;
         }
         build_info
-            .with_label_values(&["controller", env!("CARGO_PKG_VERSION")])
+            .with_label_values(&[
+                "controller",
+                env!("CARGO_PKG_VERSION"),
+                cp_certs::crypto::fips_label(),
+            ])
             .set(1);
         // Every certificate's counters exist from the start at 0: a dashboard or an alert over
         // `increase(...)` sees "no failures" rather than no series (a real Prometheus showed the panel
@@ -279,6 +284,7 @@ impl Metrics {
             info.migration.as_str().to_string(),
             cp_api::defaults::RELEASE.to_string(),
             info.proxy_version.clone(),
+            cp_certs::crypto::fips_label().to_string(),
         ];
         let Ok(mut current) = self.module_info_current.lock() else {
             return;

@@ -19,12 +19,12 @@ use std::sync::Mutex;
 
 use cp_api::keys::{ADOPTING_ANNOTATION, OWNERSHIP_PROOF_ANNOTATION};
 use cp_api::names;
+use cp_certs::crypto::backend::hmac;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use ring::hmac;
 use serde_json::{Value, json};
 
 use crate::Error;
@@ -310,9 +310,9 @@ pub async fn load_or_create(
 }
 
 fn random_key() -> Result<Vec<u8>, Error> {
-    use ring::rand::SecureRandom;
+    use cp_certs::crypto::backend::rand::SecureRandom;
     let mut key = vec![0u8; KEY_LEN];
-    ring::rand::SystemRandom::new()
+    cp_certs::crypto::backend::rand::SystemRandom::new()
         .fill(&mut key)
         .map_err(|_| Error::Invalid("no randomness for the ownership key".into()))?;
     Ok(key)

@@ -138,6 +138,14 @@ async fn run() -> anyhow::Result<()> {
         )
         .json()
         .init();
+    // Before any TLS: this build's provider becomes the process default; the FIPS build exits here
+    // unless the AWS-LC module reports FIPS mode (docs/fips.md).
+    let fips = cp_certs::crypto::install()?;
+    tracing::info!(
+        fips,
+        crypto = cp_certs::crypto::backend_name(),
+        "cryptography provider installed"
+    );
     if let Err(e) = cp_webhook::memory::no_huge_pages() {
         tracing::warn!(error = %e, "transparent huge pages stay on (more memory, nothing else)");
     }

@@ -30,7 +30,7 @@ pub struct Metrics {
     /// `cp_webhook_privileged_identities_refused`: identities of the privileged ConfigMap refused as too
     /// broad (every user, every ServiceAccount, ...), in its current version.
     pub privileged_refused: IntGauge,
-    /// `cp_build_info{component,version}`.
+    /// `cp_build_info{component,version,fips}`.
     pub build_info: IntGaugeVec,
     /// `cp_webhook_connections_refused_total{reason}`: closed at once, over a connection cap.
     pub connections_refused: IntCounterVec,
@@ -110,7 +110,7 @@ impl Metrics {
         )?;
         let build_info = IntGaugeVec::new(
             Opts::new("cp_build_info", "Build information."),
-            &["component", "version"],
+            &["component", "version", "fips"],
         )?;
         let connections_refused = IntCounterVec::new(
             Opts::new(
@@ -178,7 +178,11 @@ impl Metrics {
             registry.register(c)?;
         }
         build_info
-            .with_label_values(&["webhook", env!("CARGO_PKG_VERSION")])
+            .with_label_values(&[
+                "webhook",
+                env!("CARGO_PKG_VERSION"),
+                cp_certs::crypto::fips_label(),
+            ])
             .set(1);
         Ok(Self {
             registry,

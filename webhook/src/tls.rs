@@ -95,7 +95,7 @@ impl ResolvesServerCert for CertStore {
 }
 
 fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    cp_certs::crypto::provider()
 }
 
 fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Error> {
