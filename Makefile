@@ -8,7 +8,7 @@ export CARGO_TERM_COLOR ?= never
 BIN := $(CARGO_TARGET_DIR)/debug
 
 .PHONY: all run run-cluster test lint fmt k8s-bins node-bins build manifests check-leaks soak fuzz bench go-peer \
-	preflight images test-images prom-bins check check-reference print-target-dir deny audit release sbom test-skew
+	preflight images images-fips test-images test-fips prom-bins check check-reference print-target-dir deny audit release sbom test-skew
 
 all: build
 
@@ -73,6 +73,13 @@ test: k8s-bins node-bins prom-bins lint deny build test-images
 	@bash hack/test.sh
 	@$(MAKE) --no-print-directory check-leaks
 
+## The FIPS build's tests (docs/fips.md): the webhook and controller built on aws-lc-rs in FIPS mode, the
+## cp-certs and cp-webhook unit tests in that build, then the webhook's, the certificate and the FIPS
+## tests on a local control plane with the FIPS binaries (hack/test-fips.sh). CI runs it after `make test`.
+test-fips: k8s-bins build
+	@bash hack/test-fips.sh
+	@$(MAKE) --no-print-directory check-leaks
+
 ## The control-plane and node tests on three Kubernetes minors (the newest, as `make test`, and the older
 ## ones pinned in tests/k8s-bins/skew/); SKEW_VERSIONS picks some. Not part of `make test` (README).
 test-skew: k8s-bins node-bins test-images
@@ -125,6 +132,11 @@ run: k8s-bins build
 ## Also the test node's images, never shipped: the stand-in proxy, busybox (the utility image), pause.
 images:
 	@bash hack/images.sh
+
+## The FIPS images cp-webhook:<version>-fips and cp-controller:<version>-fips (docs/fips.md): the same
+## Containerfiles, binaries on aws-lc-rs in FIPS mode (release-fips profile; needs cmake, a C compiler, Go).
+images-fips:
+	@CP_IMAGE_FIPS=1 bash hack/images.sh
 
 ## The same images built with the test-image profile (Cargo.toml: no whole-program optimisation, so a
 ## change relinks in seconds); what `make test` runs on its node. Never shipped.

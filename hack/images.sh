@@ -22,32 +22,72 @@ registry=$(grep -A1 'pub const IMAGE_REGISTRY' shared/src/bundle.rs | grep -o '"
 [ -n "$version" ] && [ -n "$registry" ] || { echo "error: cannot read the version (Cargo.toml) or the image registry (shared/src/bundle.rs)" >&2; exit 1; }
 target=x86_64-unknown-linux-gnu
 target_dir=${CARGO_TARGET_DIR:-$root/target}
+# CP_IMAGE_FIPS=1: the FIPS build (docs/fips.md) of the webhook and the controller only, aws-lc-rs in FIPS
+# mode (--no-default-features --features fips), tagged <version>-fips, in profiles of its own so that it
+# never replaces the default build's binaries: release-fips (`make images-fips`) or fips (`make test-fips`).
+fips=${CP_IMAGE_FIPS:-0}
 # CP_IMAGE_PROFILE=test-image (what `make test` uses) links without whole-program optimisation.
-profile=${CP_IMAGE_PROFILE:-release}
-if [ "$profile" = release ]; then
-  echo ">> building static release binaries (the first release build, with whole-program optimisation, takes about 12 minutes on 2 cores)" >&2
+if [ "$fips" = 1 ]; then
+  for tool in cmake cc go; do
+    command -v "$tool" >/dev/null || { echo "error: the AWS-LC FIPS module needs $tool at build time (apt-get install -y cmake build-essential; Go from go.dev)" >&2; exit 1; }
+  done
+  profile=${CP_IMAGE_PROFILE:-release-fips}
+  suffix=-fips
+  crates=(-p cp-webhook -p cp-controller --bin cp-webhook --bin cp-controller
+    --no-default-features --features cp-webhook/fips,cp-controller/fips)
 else
-  echo ">> building static binaries with the $profile profile (not the shipped build: no whole-program optimisation)" >&2
+  profile=${CP_IMAGE_PROFILE:-release}
+  suffix=
+  crates=(-p cp-webhook -p cp-controller -p cp-proxy-standin --bin cp-webhook --bin cp-controller --bin cp-proxy-standin)
 fi
-RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile "$profile" --locked --target "$target" \
-  -p cp-webhook -p cp-controller -p cp-proxy-standin --bin cp-webhook --bin cp-controller --bin cp-proxy-standin >&2
+case "$profile" in
+  release | release-fips)
+    echo ">> building static $profile binaries (the first build, with whole-program optimisation, takes about 12 minutes on 2 cores; the FIPS module about 4 more)" >&2 ;;
+  *) echo ">> building static binaries with the $profile profile (not the shipped build: no whole-program optimisation)" >&2 ;;
+esac
+# Built with cargo auditable: every binary carries its dependency list (`.dep-v0`), which `cargo audit
+# bin`, image scanners and rust-audit-info read (hack/auditable-tools.sh builds the tools once).
+tools=$(bash "$root/hack/auditable-tools.sh")
+RUSTFLAGS="-C target-feature=+crt-static" PATH="$tools:$PATH" cargo auditable build --profile "$profile" --locked \
+  --target "$target" "${crates[@]}" >&2
+# OCI labels from the checkout: where it comes from, which commit (a dirty tree says so in its own
+# label, never in the revision), which version.
+source_url=$(awk '/^repository:/{print $2; exit}' manifests/module-config.yaml)
+revision=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git -C "$root" status --porcelain 2>/dev/null)" ]; then tree=dirty; else tree=clean; fi
+created=$(date -u -d "@${SOURCE_DATE_EPOCH:-$(git -C "$root" log -1 --format=%ct 2>/dev/null || date +%s)}" +%Y-%m-%dT%H:%M:%SZ)
+oci_labels=(
+  --label "org.opencontainers.image.source=$source_url"
+  --label "org.opencontainers.image.revision=$revision"
+  --label "org.opencontainers.image.version=$version$suffix"
+  --label "org.opencontainers.image.created=$created"
+  --label "org.opencontainers.image.licenses=Apache-2.0"
+  --label "io.kyma-project.cp-operator.tree=$tree"
+  --label "io.kyma-project.cp-operator.build-profile=$profile"
+  --label "io.kyma-project.cp-operator.fips=$([ "$fips" = 1 ] && echo true || echo false)"
+)
+mkdir -p "$root/dist/sbom"
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 for name in webhook controller; do
   bin="$target_dir/$target/$profile/cp-$name"
+  # The CycloneDX SBOM beside the image, from the dependency list embedded in this very binary.
+  python3 "$root/hack/sbom.py" --out-dir "$root/dist/sbom" --from-binary "$bin" --suffix="$suffix" "$name" >&2
   rm -rf "${ctx:?}"/*
   cp "$bin" "$ctx/cp-$name"
   strip "$ctx/cp-$name" 2>/dev/null || true
   if [ "$name" = controller ]; then cp /etc/ssl/certs/ca-certificates.crt "$ctx/"; fi
-  local_tag="localhost/cp-$name:$version"
-  buildah bud --quiet --layers=false -f "$root/$name/Containerfile" \
-    --label "org.opencontainers.image.version=$version" \
+  local_tag="localhost/cp-$name:$version$suffix"
+  buildah bud --quiet --layers=false -f "$root/$name/Containerfile" "${oci_labels[@]}" \
     --label "org.opencontainers.image.title=cp-$name" \
-    --label "io.kyma-project.cp-operator.build-profile=$profile" \
-    -t "$local_tag" -t "$registry/$name:$version" "$ctx" >/dev/null
+    -t "$local_tag" -t "$registry/$name:$version$suffix" "$ctx" >/dev/null
   size=$(podman image inspect --format '{{.Size}}' "$local_tag")
-  echo ">> $local_tag ($registry/$name:$version): $((size / 1024 / 1024)) MiB ($size bytes)" >&2
+  echo ">> $local_tag ($registry/$name:$version$suffix): $((size / 1024 / 1024)) MiB ($size bytes)" >&2
 done
+if [ "$fips" = 1 ]; then
+  podman --runtime=runc image prune -f --filter label=org.opencontainers.image.title >/dev/null 2>&1 || true
+  exit 0
+fi
 
 # ---------------------------------------------------------------------------------------------------
 # Test-node images, NOT shipped: what the integration tests' local node (kubelet + containerd) runs
@@ -81,8 +121,7 @@ show_size() { # <local tag> <other tags...>
 rm -rf "${ctx:?}"/*
 cp "$target_dir/$target/$profile/cp-proxy-standin" "$ctx/cp-proxy-standin"
 strip "$ctx/cp-proxy-standin" 2>/dev/null || true
-buildah bud --quiet --layers=false -f "$root/tests/standin-proxy/Containerfile" \
-  --label "org.opencontainers.image.version=$version" \
+buildah bud --quiet --layers=false -f "$root/tests/standin-proxy/Containerfile" "${oci_labels[@]}" \
   --label "org.opencontainers.image.title=cp-proxy-standin" \
   -t "localhost/cp-proxy-standin:$version" -t "$proxy_ref" "$ctx" >/dev/null
 show_size "localhost/cp-proxy-standin:$version" "$proxy_ref"

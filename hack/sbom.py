@@ -2,6 +2,7 @@
 """CycloneDX 1.5 SBOM per operator image, from `cargo metadata` (standard library only).
 
     python3 hack/sbom.py [--out-dir DIR] [webhook|controller|cp-webhook|cp-controller ...]
+    python3 hack/sbom.py [--out-dir DIR] --from-binary BIN [--suffix -fips] webhook|controller
 
 Writes DIR/<image>-<version>.cdx.json (default DIR: dist/sbom; default images: both). The components are
 the normal dependency closure (no dev- or build-dependencies) of the image's binary crate for the Linux
@@ -9,6 +10,11 @@ target the images are built for, as `Cargo.lock` pins it; each has a purl (pkg:c
 license expression of its manifest and, for registry crates, the SHA-256 `Cargo.lock` records.
 metadata.component is the image: its registry name (shared/src/bundle.rs IMAGE_REGISTRY) and version.
 Builds nothing; SOURCE_DATE_EPOCH, when set, fixes the timestamp.
+
+--from-binary: the components are the dependency list `cargo auditable` embedded in that binary (read
+with rust-audit-info, hack/auditable-tools.sh), i.e. the features of that build (the FIPS build's
+aws-lc-fips-sys, not ring's default), named DIR/<image>-<version><suffix>.cdx.json; hack/images.sh writes
+one beside every image it builds.
 """
 
 import argparse
@@ -40,8 +46,10 @@ def image_registry():
     return m.group(1)
 
 
-def cargo_metadata():
+def cargo_metadata(all_features=False):
     base = [os.environ.get("CARGO", "cargo"), "metadata", "--format-version", "1", "--locked", "--filter-platform", TARGET]
+    if all_features:  # the package facts of every optional crate a binary's own list may name
+        base.append("--all-features")
     # Offline first (everything a build needs is cached); the registry only when something is missing.
     for extra in (["--offline"], []):
         run = subprocess.run(base + extra, cwd=ROOT, capture_output=True, text=True)
@@ -95,15 +103,51 @@ def closure(meta, crate):
     return roots[0], seen, edges
 
 
+def closure_from_binary(meta, crate, binary):
+    """Like closure(), from the dependency list embedded in `binary` (the crates of that very build)."""
+    tools = subprocess.run(["bash", str(ROOT / "hack/auditable-tools.sh")], capture_output=True, text=True)
+    if tools.returncode != 0:
+        fail(f"hack/auditable-tools.sh: {tools.stderr.strip()}")
+    run = subprocess.run([str(Path(tools.stdout.strip()) / "rust-audit-info"), binary], capture_output=True, text=True)
+    if run.returncode != 0:
+        fail(f"rust-audit-info {binary}: {run.stderr.strip()} (built with `cargo auditable`?)")
+    embedded = json.loads(run.stdout)["packages"]
+    by_name_version = {}
+    for p in meta["packages"]:
+        by_name_version.setdefault((p["name"], p["version"]), p["id"])
+    ids = []
+    for p in embedded:
+        pkg_id = by_name_version.get((p["name"], p["version"]))
+        if pkg_id is None:
+            fail(f"{binary}: {p['name']} {p['version']} is not in this checkout's Cargo.lock")
+        ids.append(pkg_id)
+    roots = [ids[i] for i, p in enumerate(embedded) if p.get("root")]
+    root_names = [p["name"] for p in embedded if p.get("root")]
+    if root_names != [crate]:
+        fail(f"{binary} is the binary of {root_names}, not of {crate}")
+    edges = {
+        ids[i]: sorted({ids[d] for d in p.get("dependencies", []) if embedded[d].get("kind", "runtime") == "runtime"})
+        for i, p in enumerate(embedded)
+    }
+    seen, todo = set(), [roots[0]]
+    while todo:
+        pkg_id = todo.pop()
+        if pkg_id in seen:
+            continue
+        seen.add(pkg_id)
+        todo.extend(edges[pkg_id])
+    return roots[0], seen, edges
+
+
 def purl(pkg):
     return f"pkg:cargo/{pkg['name']}@{pkg['version']}"
 
 
-def sbom(meta, checksums, registry, image):
+def sbom(meta, checksums, registry, image, binary=None, suffix=""):
     crate = IMAGES[image]
-    root_id, ids, edges = closure(meta, crate)
+    root_id, ids, edges = closure_from_binary(meta, crate, binary) if binary else closure(meta, crate)
     packages = {p["id"]: p for p in meta["packages"]}
-    version = packages[root_id]["version"]
+    version = packages[root_id]["version"] + suffix
     image_ref = f"{registry}/{image}"
     components, refs = [], {}
     for pkg_id in sorted(ids, key=lambda i: (packages[i]["name"], packages[i]["version"], i)):
@@ -167,19 +211,23 @@ def sbom(meta, checksums, registry, image):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", default=str(ROOT / "dist/sbom"))
+    parser.add_argument("--from-binary", help="the image's binary, built with cargo auditable")
+    parser.add_argument("--suffix", default="", help="appended to the version (e.g. -fips)")
     parser.add_argument("images", nargs="*", default=list(IMAGES))
     args = parser.parse_args()
+    if args.from_binary and len(args.images) != 1:
+        fail("--from-binary takes exactly one image")
     images = [i.removeprefix("cp-") for i in args.images]
     for image in images:
         if image not in IMAGES:
             fail(f"unknown image {image!r}: one of {', '.join(IMAGES)}")
-    meta = cargo_metadata()
+    meta = cargo_metadata(all_features=bool(args.from_binary))
     checksums = lock_checksums()
     registry = image_registry()
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for image in images:
-        version, bom = sbom(meta, checksums, registry, image)
+        version, bom = sbom(meta, checksums, registry, image, args.from_binary, args.suffix)
         path = out / f"{image}-{version}.cdx.json"
         path.write_text(json.dumps(bom, indent=2) + "\n")
         print(f">> {path}: {len(bom['components'])} components", file=sys.stderr)

@@ -104,6 +104,27 @@ fn check_fips(provider: &CryptoProvider) -> Result<(), FipsError> {
     Ok(())
 }
 
+/// An RSA-2048 key: the rsa crate in the default build (ring cannot generate RSA keys), the AWS-LC
+/// FIPS module in the FIPS build.
+#[cfg(not(feature = "fips"))]
+pub(crate) fn rsa_2048() -> crate::Result<rcgen::KeyPair> {
+    use rsa::pkcs8::{EncodePrivateKey, LineEnding};
+    let key = rsa::RsaPrivateKey::new(&mut rand::thread_rng(), 2048)
+        .map_err(|e| crate::Error::Check(format!("generating an RSA key: {e}")))?;
+    let pem = key
+        .to_pkcs8_pem(LineEnding::LF)
+        .map_err(|e| crate::Error::Check(format!("encoding an RSA key: {e}")))?;
+    Ok(rcgen::KeyPair::from_pkcs8_pem_and_sign_algo(
+        &pem,
+        &rcgen::PKCS_RSA_SHA256,
+    )?)
+}
+
+#[cfg(feature = "fips")]
+pub(crate) fn rsa_2048() -> crate::Result<rcgen::KeyPair> {
+    Ok(rcgen::KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256)?)
+}
+
 /// SHA-256 of `data`.
 pub fn sha256(data: &[u8]) -> [u8; 32] {
     let d = backend::digest::digest(&backend::digest::SHA256, data);

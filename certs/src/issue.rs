@@ -37,30 +37,9 @@ impl KeyAlgorithm {
     fn generate(self) -> Result<KeyPair> {
         Ok(match self {
             KeyAlgorithm::EcdsaP256 => KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?,
-            KeyAlgorithm::Rsa2048 => rsa_2048()?,
+            KeyAlgorithm::Rsa2048 => crate::crypto::rsa_2048()?,
         })
     }
-}
-
-/// An RSA-2048 key: the rsa crate in the default build (ring cannot generate RSA keys), the AWS-LC
-/// FIPS module in the FIPS build.
-#[cfg(not(feature = "fips"))]
-fn rsa_2048() -> Result<KeyPair> {
-    use rsa::pkcs8::{EncodePrivateKey, LineEnding};
-    let key = rsa::RsaPrivateKey::new(&mut rand::thread_rng(), 2048)
-        .map_err(|e| crate::Error::Check(format!("generating an RSA key: {e}")))?;
-    let pem = key
-        .to_pkcs8_pem(LineEnding::LF)
-        .map_err(|e| crate::Error::Check(format!("encoding an RSA key: {e}")))?;
-    Ok(KeyPair::from_pkcs8_pem_and_sign_algo(
-        &pem,
-        &rcgen::PKCS_RSA_SHA256,
-    )?)
-}
-
-#[cfg(feature = "fips")]
-fn rsa_2048() -> Result<KeyPair> {
-    Ok(KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256)?)
 }
 
 /// Where a leaf may be used.

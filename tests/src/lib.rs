@@ -20,6 +20,7 @@ pub mod neighbours;
 pub mod netns;
 pub mod node;
 pub mod prometheus;
+pub mod provenance;
 pub mod restart;
 pub mod shared;
 pub mod support;

@@ -12,6 +12,7 @@ mod certs;
 mod controller;
 mod drift;
 mod e2e;
+mod fips;
 mod migration;
 mod migration_again;
 mod migration_crash;

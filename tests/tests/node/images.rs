@@ -477,3 +477,116 @@ fn test_node_images_stand_in_under_the_default_references() {
     );
     assert!(log.contains("\"ports\":[8042,20003,20001,20004]"), "{log}");
 }
+
+/// Provenance (docs/fips.md, README "Images"): the operator images carry the OCI labels of the checkout
+/// they were built from, their binaries carry the dependency list cargo auditable embeds, and the
+/// CycloneDX SBOM beside each image names the same crates.
+#[test]
+fn images_carry_their_source_revision_and_dependency_list() {
+    let root = cp_tests::workspace_root();
+    let module_config =
+        std::fs::read_to_string(root.join("manifests/module-config.yaml")).expect("module-config");
+    let repository = module_config
+        .lines()
+        .find_map(|l| l.strip_prefix("repository: "))
+        .expect("repository in module-config.yaml")
+        .trim()
+        .to_string();
+    let head = std::process::Command::new("git")
+        .args(["-C", &root.to_string_lossy(), "rev-parse", "HEAD"])
+        .output()
+        .expect("git");
+    let revision = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    for name in ["webhook", "controller"] {
+        let img = image(name);
+        container::require_image(&img).expect("image");
+        let inspect =
+            podman(&["image", "inspect", "--format", "{{json .Labels}}", &img]).expect("inspect");
+        let labels: serde_json::Value =
+            serde_json::from_slice(&inspect.stdout).unwrap_or_else(|e| panic!("{img} labels: {e}"));
+        let label = |k: &str| labels[k].as_str().unwrap_or_default().to_string();
+        assert_eq!(
+            label("org.opencontainers.image.source"),
+            repository,
+            "{img}"
+        );
+        assert_eq!(
+            label("org.opencontainers.image.version"),
+            cp_api::defaults::RELEASE,
+            "{img}"
+        );
+        if head.status.success() {
+            assert_eq!(
+                label("org.opencontainers.image.revision"),
+                revision,
+                "{img}: built from another commit"
+            );
+        }
+        assert!(
+            label("org.opencontainers.image.created").ends_with('Z'),
+            "{img}: {labels}"
+        );
+        assert_eq!(label("io.kyma-project.cp-operator.fips"), "false", "{img}");
+
+        // The binary inside the image, copied out of a container that never runs.
+        let created =
+            podman(&["create", "--label", container::LABEL, &img]).expect("podman create");
+        let id = String::from_utf8_lossy(&created.stdout).trim().to_string();
+        assert!(
+            created.status.success() && !id.is_empty(),
+            "{img}: {}",
+            out_text(&created)
+        );
+        let dir = std::env::temp_dir().join(format!("cp-provenance-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let bin = dir.join(format!("cp-{name}"));
+        let copied = podman(&["cp", &format!("{id}:/cp-{name}"), &bin.to_string_lossy()])
+            .expect("podman cp");
+        let _ = podman(&["rm", "-f", &id]);
+        assert!(copied.status.success(), "{img}: {}", out_text(&copied));
+        let packages =
+            cp_tests::provenance::embedded_packages(&bin).expect("embedded dependency list");
+        let _ = std::fs::remove_dir_all(&dir);
+        for expected in [
+            format!("cp-{name}"),
+            "kube-client".into(),
+            "rustls".into(),
+            "ring".into(),
+        ] {
+            assert!(
+                packages.iter().any(|p| p.name == expected),
+                "{img}: {expected} is not in the embedded list"
+            );
+        }
+        assert!(
+            !packages.iter().any(|p| p.name == "aws-lc-fips-sys"),
+            "{img}: the default build names the FIPS module"
+        );
+
+        // The SBOM hack/images.sh wrote beside the image: the same crates.
+        let sbom_path = root.join(format!(
+            "dist/sbom/{name}-{}.cdx.json",
+            cp_api::defaults::RELEASE
+        ));
+        let sbom: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&sbom_path)
+                .unwrap_or_else(|e| panic!("{}: {e}", sbom_path.display())),
+        )
+        .expect("SBOM JSON");
+        let components: std::collections::BTreeSet<&str> = sbom["components"]
+            .as_array()
+            .expect("components")
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        // Every crate linked at run time (build-time crates, kind "build", are not in the image).
+        for p in packages.iter().filter(|p| p.kind == "runtime") {
+            assert!(
+                components.contains(p.name.as_str()),
+                "{}: {} missing",
+                sbom_path.display(),
+                p.name
+            );
+        }
+    }
+}

@@ -495,3 +495,59 @@ fn release_profile_is_the_shipped_build_and_test_images_only_link_faster() {
     );
     assert!(rule("test-images").contains("CP_IMAGE_PROFILE=test-image"));
 }
+
+/// The FIPS build's claim (docs/fips.md) rests on one place naming the cryptography backend: every other
+/// production source hashes, signs and speaks TLS through `cp_certs::crypto`, so that `--features fips`
+/// moves all of it into the FIPS module.
+#[test]
+fn only_cp_certs_crypto_names_a_cryptography_backend() {
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    for dir in ["shared/src", "certs/src", "webhook/src", "controller/src"] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    assert!(files.len() > 20, "found the sources: {}", files.len());
+    let mut offenders = Vec::new();
+    for file in &files {
+        let rel = relative(file);
+        if rel == "certs/src/crypto.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("source");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            // A path that starts with the backend's name (not `String::`, not `Ordering::`).
+            let names_backend = ["ring::", "aws_lc_rs", "rsa::", "default_provider()"]
+                .iter()
+                .any(|b| {
+                    code.match_indices(b).any(|(i, _)| {
+                        !code[..i]
+                            .chars()
+                            .next_back()
+                            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+                    })
+                })
+                || code.contains("rustls::crypto::ring");
+            if names_backend
+                && !code.contains("cp_certs::crypto")
+                && !code.contains("crate::crypto")
+            {
+                offenders.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "name the backend only in certs/src/crypto.rs (use cp_certs::crypto):\n{}",
+        offenders.join("\n")
+    );
+}
