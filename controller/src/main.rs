@@ -31,11 +31,6 @@ async fn run() -> anyhow::Result<()> {
         )
         .json()
         .init();
-    tracing::info!(
-        fips,
-        crypto = cp_certs::crypto::backend_name(),
-        "cryptography provider installed"
-    );
     if let Some(host) = &args.check_dns {
         let resolver =
             cp_controller::connectivity_ca::Resolver::from_system().map_err(anyhow::Error::msg)?;
@@ -44,5 +39,10 @@ async fn run() -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    tracing::info!(
+        fips,
+        crypto = cp_certs::crypto::backend_name(),
+        "cryptography provider installed"
+    );
     cp_controller::runtime::run(args).await
 }

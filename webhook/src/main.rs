@@ -138,18 +138,19 @@ async fn run() -> anyhow::Result<()> {
         )
         .json()
         .init();
-    // Before any TLS: this build's provider becomes the process default; the FIPS build exits here
-    // unless the AWS-LC module reports FIPS mode (docs/fips.md).
+    if let Err(e) = cp_webhook::memory::no_huge_pages() {
+        tracing::warn!(error = %e, "transparent huge pages stay on (more memory, nothing else)");
+    }
+    let args = Args::parse();
+    // After the flags (`--version` and `--help` print only what they print), before any TLS: this
+    // build's provider becomes the process default; the FIPS build exits here unless the AWS-LC module
+    // reports FIPS mode (docs/fips.md).
     let fips = cp_certs::crypto::install()?;
     tracing::info!(
         fips,
         crypto = cp_certs::crypto::backend_name(),
         "cryptography provider installed"
     );
-    if let Err(e) = cp_webhook::memory::no_huge_pages() {
-        tracing::warn!(error = %e, "transparent huge pages stay on (more memory, nothing else)");
-    }
-    let args = Args::parse();
     cp_api::images::configure(args.proxy_image.as_deref(), args.utility_image.as_deref())?;
     let limits = args.limits()?;
     let metrics = Arc::new(Metrics::new()?);
