@@ -1,22 +1,21 @@
 //! The FIPS build (docs/fips.md). `make test-fips` runs this group with `CP_BIN_DIR` at the FIPS
 //! binaries (cargo profile `fips`, `--no-default-features --features fips`: aws-lc-rs in FIPS mode),
 //! beside the webhook's (`e2e::webhook`) and the certificate tests (`certs`) on the same binaries.
-//! Ignored in `make test`, whose binaries are the default (ring) build and would rightly fail here.
+//! Ignored in `make test`, whose binaries are the default (ring) build and would rightly fail here. The
+//! FIPS controller has a group of its own (`fips_controller`): it manages the webhook configurations'
+//! CA bundle, which would no longer trust the test CA of this group's webhook.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use cp_api::names;
-use cp_tests::controller::ControllerProcess;
 use cp_tests::fixtures::default_cr;
 use cp_tests::shared::{AUTHENTICATED, alice_client, control_plane, webhook};
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use rustls::pki_types::ServerName;
 use tokio_rustls::rustls;
 
 /// The webhook's or the controller's JSON log says the FIPS provider is installed and on.
-fn assert_fips_log(process: &str) {
+pub(crate) fn assert_fips_log(process: &str) {
     let log = control_plane().log_tail(process, 400);
     let line = log
         .lines()
@@ -31,7 +30,7 @@ fn assert_fips_log(process: &str) {
 }
 
 /// `cp_build_info` on `metrics_addr` carries `fips="true"` for `component`.
-async fn assert_fips_metric(metrics_addr: &str, component: &str) {
+pub(crate) async fn assert_fips_metric(metrics_addr: &str, component: &str) {
     let (status, body) = cp_tests::webhook::http_get(metrics_addr, "/metrics")
         .await
         .expect("metrics");
@@ -202,51 +201,6 @@ async fn the_fips_webhook_serves_the_api_server_and_refuses_non_approved_algorit
         assert!(
             err.contains("HandshakeFailure") || err.contains("handshake"),
             "{what}: refused with a handshake failure, got {err}"
-        );
-    }
-}
-
-#[tokio::test]
-#[ignore = "make test-fips: needs the FIPS binaries in CP_BIN_DIR"]
-async fn the_fips_controller_issues_approved_keys_and_says_so() {
-    let cp = control_plane();
-    let admin = cp.admin().await.expect("admin");
-    cp_tests::fixtures::install_our_crds(&admin).await;
-    let controller = ControllerProcess::start(
-        &cp,
-        "cp-controller",
-        &["--leader-elect=false", "--webhook-ips=127.0.0.1"],
-    )
-    .await
-    .expect("the FIPS controller starts and talks to the API server");
-    assert_fips_log("cp-controller");
-    assert_fips_metric(&controller.metrics_addr, "controller").await;
-
-    let secrets: Api<Secret> = Api::namespaced(admin, "kyma-system");
-    for (name, key) in [
-        (names::WEBHOOK_CA_SECRET, "ca.key"),
-        (names::WEBHOOK_CERT_SECRET, "tls.key"),
-    ] {
-        let pem = cp_tests::wait::until_object(
-            &secrets,
-            name,
-            "the FIPS controller to issue the webhook's certificates",
-            Duration::from_secs(30),
-            |s: Secret| {
-                Ok(s.data
-                    .and_then(|d| d.get(key).cloned())
-                    .map(|k| String::from_utf8_lossy(&k.0).to_string()))
-            },
-        )
-        .await
-        .expect("issued");
-        let pair = rcgen::KeyPair::from_pem(&pem).expect("a PKCS#8 key");
-        let alg = pair.algorithm();
-        assert!(
-            alg == &rcgen::PKCS_ECDSA_P256_SHA256
-                || alg == &rcgen::PKCS_ECDSA_P384_SHA384
-                || alg == &rcgen::PKCS_RSA_SHA256,
-            "{name}: the key is not an approved type: {alg:?}"
         );
     }
 }

@@ -13,6 +13,7 @@ mod controller;
 mod drift;
 mod e2e;
 mod fips;
+mod fips_controller;
 mod migration;
 mod migration_again;
 mod migration_crash;

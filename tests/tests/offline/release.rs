@@ -551,3 +551,72 @@ fn only_cp_certs_crypto_names_a_cryptography_backend() {
         offenders.join("\n")
     );
 }
+
+/// The README matches the tree (issue #49 item 6): every `make <target>` it names is a Makefile target,
+/// every Makefile target has its row in the README's command table, and every test group (a module of
+/// the `control_plane` and `node` test binaries) is named in the README's test list.
+#[test]
+fn the_readme_names_the_makefile_targets_and_the_test_groups_that_exist() {
+    let readme = read("README.md");
+    let makefile = read("Makefile");
+    let targets: BTreeSet<String> = makefile
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let ok = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !rest.starts_with('=');
+            ok.then(|| name.to_string())
+        })
+        .collect();
+    assert!(
+        targets.len() > 20 && targets.contains("test"),
+        "Makefile targets: {targets:?}"
+    );
+    let named: BTreeSet<String> = readme
+        .match_indices("make ")
+        .filter(|(i, _)| {
+            readme[..*i].ends_with('`')
+                || readme[..*i].ends_with(' ')
+                || readme[..*i].ends_with('(')
+        })
+        .map(|(i, m)| {
+            readme[i + m.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+                .collect::<String>()
+        })
+        .filter(|t| !t.is_empty())
+        .collect();
+    let unknown: Vec<&String> = named.iter().filter(|t| !targets.contains(*t)).collect();
+    assert!(
+        unknown.is_empty(),
+        "README names make targets the Makefile lacks: {unknown:?}"
+    );
+    let unlisted: Vec<&String> = targets
+        .iter()
+        .filter(|t| *t != "all" && !readme.contains(&format!("| `make {t}")))
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "Makefile targets without a row in README's table: {unlisted:?}"
+    );
+    for binary in ["control_plane", "node"] {
+        let main = read(&format!("tests/tests/{binary}/main.rs"));
+        let groups: Vec<&str> = main
+            .lines()
+            .filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';'))
+            .collect();
+        assert!(groups.len() >= 4, "{binary}: {groups:?}");
+        let missing: Vec<&&str> = groups
+            .iter()
+            .filter(|g| !readme.contains(&format!("`{g}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "README's test list lacks the {binary} groups {missing:?}"
+        );
+    }
+}
