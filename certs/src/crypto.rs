@@ -2,8 +2,8 @@
 //! `fips` build (`make images-fips`, docs/fips.md). Everything that hashes, signs, verifies or speaks TLS
 //! in the webhook and the controller goes through here, so a build has exactly one backend and the FIPS
 //! build offers only what its boundary approves. Where both features meet (a workspace build with
-//! `--all-features`), `fips` wins; the shipped FIPS binaries link no ring at all (`make test-fips` reads
-//! their embedded dependency list).
+//! `--all-features`), `fips` wins; the FIPS binaries compile in no ring at all (`make test-fips` checks
+//! the FIPS profile's build directory and their embedded dependency list).
 
 use std::sync::Arc;
 

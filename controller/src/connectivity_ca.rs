@@ -235,6 +235,9 @@ pub async fn fetch(
         .map_err(|e| format!("configuring TLS: {e}"))?
         .with_root_certificates(roots)
         .with_no_client_auth();
+    if cp_certs::crypto::FIPS_BUILD && !tls.fips() {
+        return Err("the FIPS build's TLS client configuration is not FIPS-compliant".into());
+    }
     let mut http = HttpConnector::new_with_resolver(resolver);
     http.enforce_http(false);
     http.set_connect_timeout(Some(timeout));

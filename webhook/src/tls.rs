@@ -206,6 +206,15 @@ pub fn server_config(store: Arc<CertStore>, callers: &Callers) -> Result<ServerC
     };
     let mut cfg = builder.with_cert_resolver(store);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // rustls's own judgement of the whole configuration (provider in FIPS mode, TLS 1.2 with the
+    // extended master secret): the FIPS build serves nothing it would not call FIPS.
+    if cp_certs::crypto::FIPS_BUILD && !cfg.fips() {
+        return Err(Error::Tls(
+            "the FIPS build's server configuration is not FIPS-compliant (rustls ServerConfig::fips() \
+             is false)"
+                .into(),
+        ));
+    }
     Ok(cfg)
 }
 
