@@ -76,6 +76,18 @@ def license_expression(pkg):
     return None
 
 
+def reachable(root, edges):
+    """The package ids reachable from `root` along `edges` (root included)."""
+    seen, todo = set(), [root]
+    while todo:
+        pkg_id = todo.pop()
+        if pkg_id in seen:
+            continue
+        seen.add(pkg_id)
+        todo.extend(edges[pkg_id])
+    return seen
+
+
 def closure(meta, crate):
     """Package ids of `crate` and its normal (non-dev, non-build) dependencies, transitively."""
     roots = [
@@ -93,14 +105,7 @@ def closure(meta, crate):
             for d in node["deps"]
             if any(k["kind"] is None for k in d["dep_kinds"])
         )
-    seen, todo = set(), [roots[0]]
-    while todo:
-        pkg_id = todo.pop()
-        if pkg_id in seen:
-            continue
-        seen.add(pkg_id)
-        todo.extend(edges[pkg_id])
-    return roots[0], seen, edges
+    return roots[0], reachable(roots[0], edges), edges
 
 
 def closure_from_binary(meta, crate, binary):
@@ -129,14 +134,7 @@ def closure_from_binary(meta, crate, binary):
         ids[i]: sorted({ids[d] for d in p.get("dependencies", []) if embedded[d].get("kind", "runtime") == "runtime"})
         for i, p in enumerate(embedded)
     }
-    seen, todo = set(), [roots[0]]
-    while todo:
-        pkg_id = todo.pop()
-        if pkg_id in seen:
-            continue
-        seen.add(pkg_id)
-        todo.extend(edges[pkg_id])
-    return roots[0], seen, edges
+    return roots[0], reachable(roots[0], edges), edges
 
 
 def purl(pkg):
