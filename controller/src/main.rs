@@ -15,7 +15,7 @@ async fn run() -> anyhow::Result<()> {
     // Before any TLS: this build's provider becomes the process default; the FIPS build exits here
     // unless the AWS-LC module reports FIPS mode (docs/fips.md).
     let fips = cp_certs::crypto::install()?;
-    cp_api::images::configure(args.proxy_image.as_deref(), args.utility_image.as_deref())?;
+    cp_api::defaults::configure(args.proxy_image.as_deref(), args.utility_image.as_deref())?;
     if let Some(Command::MigratePlan {
         namespace,
         name,

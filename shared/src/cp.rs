@@ -13,7 +13,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::defaults::config as C;
+use crate::config_defaults as C;
 use crate::status::ModuleStatus;
 
 /// Desired configuration of the Connectivity Proxy in this cluster.

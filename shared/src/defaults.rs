@@ -5,6 +5,10 @@ use std::collections::BTreeMap;
 
 use crate::cp::{CpuMemory, Deployment, Image, Resources, RestartWatcher};
 
+/// `spec.config` and `spec.ingress` defaults ([`crate::config_defaults`], a leaf module the CRD types
+/// read too).
+pub use crate::config_defaults as config;
+
 /// Version of the operator release these defaults belong to.
 pub const RELEASE: &str = env!("CARGO_PKG_VERSION");
 
@@ -56,6 +60,43 @@ pub fn use_images(
             utility.to_image("IfNotPresent"),
         ))
         .map_err(|_| ImagesAlreadySet)
+}
+
+/// A start-up image setting that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigureError {
+    /// The value is not an image reference.
+    #[error("{var}: {source}")]
+    Invalid {
+        /// The env var (or flag) it came from.
+        var: &'static str,
+        /// Why.
+        source: crate::images::ImageRefError,
+    },
+    /// The defaults were read before.
+    #[error(transparent)]
+    AlreadySet(#[from] ImagesAlreadySet),
+}
+
+/// Makes the images of `--proxy-image`/[`PROXY_IMAGE_ENV`] and `--utility-image`/[`UTILITY_IMAGE_ENV`]
+/// this process's `spec.deployment` image defaults (the release's own where one is not given). Both
+/// operator programs call it first thing.
+pub fn configure(proxy: Option<&str>, utility: Option<&str>) -> Result<(), ConfigureError> {
+    if proxy.is_none() && utility.is_none() {
+        return Ok(());
+    }
+    let parse = |var: &'static str, value: Option<&str>, release: String| {
+        crate::images::ImageRef::parse(value.unwrap_or(&release))
+            .map_err(|source| ConfigureError::Invalid { var, source })
+    };
+    let proxy = parse(crate::images::PROXY_IMAGE_ENV, proxy, release_proxy_image())?;
+    let utility = parse(
+        crate::images::UTILITY_IMAGE_ENV,
+        utility,
+        release_utility_image(),
+    )?;
+    use_images(&proxy, &utility)?;
+    Ok(())
 }
 
 fn images() -> &'static (Image, Image) {
@@ -134,6 +175,21 @@ pub fn fill_missing(current: &mut serde_json::Value, defaults: &serde_json::Valu
     }
 }
 
+/// The module's default CR's spec (`manifests/default-cr.yaml`): every value the operator can derive is
+/// `auto-provision`. What `migrate-plan` assumes when the CR does not exist yet.
+pub fn kyma_default_spec() -> serde_json::Value {
+    use crate::names::AUTO_PROVISION;
+    serde_json::json!({
+        "config": {
+            "servers": {"businessDataTunnel": {"externalHost": AUTO_PROVISION}},
+            "subaccountId": AUTO_PROVISION,
+            "subaccountSubdomain": AUTO_PROVISION
+        },
+        "ingress": {"tls": {"secretName": AUTO_PROVISION}},
+        "secretConfig": {"integration": {"connectivityService": {"secretName": AUTO_PROVISION}}}
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,106 +265,5 @@ mod tests {
         assert_eq!(cur["image"]["registry"], PROXY_REGISTRY);
         let mut again = cur.clone();
         assert!(!fill_missing(&mut again, &deployment_defaults_json()));
-    }
-}
-
-/// The module's default CR's spec (`manifests/default-cr.yaml`): every value the operator can derive is
-/// `auto-provision`. What `migrate-plan` assumes when the CR does not exist yet.
-pub fn kyma_default_spec() -> serde_json::Value {
-    use crate::names::AUTO_PROVISION;
-    serde_json::json!({
-        "config": {
-            "servers": {"businessDataTunnel": {"externalHost": AUTO_PROVISION}},
-            "subaccountId": AUTO_PROVISION,
-            "subaccountSubdomain": AUTO_PROVISION
-        },
-        "ingress": {"tls": {"secretName": AUTO_PROVISION}},
-        "secretConfig": {"integration": {"connectivityService": {"secretName": AUTO_PROVISION}}}
-    })
-}
-
-/// `spec.config` and `spec.ingress` defaults: the one source of the CRD schema's `default`s
-/// ([`crate::cp`]), of the effective values the webhook validates and the controller renders
-/// (`ConnectivityProxySpec::tenant_mode` and the others), and of what the proxy's configuration file gets
-/// where the CR leaves a field out ([`config::rendered`]). The values are the existing module's.
-pub mod config {
-    /// `spec.config.highAvailabilityMode`.
-    pub const HIGH_AVAILABILITY_MODE: &str = "off";
-    /// `spec.config.tenantMode`.
-    pub const TENANT_MODE: &str = "dedicated";
-    /// `spec.config.multiRegionMode.enabled`.
-    pub const MULTI_REGION_ENABLED: bool = false;
-    /// `spec.config.serviceChannels.enabled`.
-    pub const SERVICE_CHANNELS_ENABLED: bool = true;
-    /// `spec.config.integration.auditlog.mode`.
-    pub const AUDITLOG_MODE: &str = "console";
-    /// `spec.config.integration.connectivityService.serviceCredentialsKey`.
-    pub const SERVICE_CREDENTIALS_KEY: &str = "service_key";
-    /// `spec.config.servers.businessDataTunnel.externalPort`.
-    pub const EXTERNAL_PORT: i32 = 443;
-    /// `spec.config.servers.proxy.http.port`.
-    pub const HTTP_PORT: i32 = 20003;
-    /// `spec.config.servers.proxy.rfcAndLdap.port`.
-    pub const RFC_AND_LDAP_PORT: i32 = 20001;
-    /// `spec.config.servers.proxy.socks5.port`.
-    pub const SOCKS5_PORT: i32 = 20004;
-    /// `spec.config.servers.proxy.*.enabled`.
-    pub const PROXY_ENABLED: bool = true;
-    /// `spec.config.servers.proxy.*.enableProxyAuthorization`.
-    pub const PROXY_AUTHORIZATION: bool = false;
-    /// `spec.ingress.className`.
-    pub const INGRESS_CLASS: &str = "istio";
-    /// `spec.ingress.timeouts.proxy.connect` where the whole `timeouts` object is defaulted.
-    pub const TIMEOUT_CONNECT: i64 = 20;
-    /// `spec.ingress.timeouts.proxy.connect` where only that field is missing: the existing module's
-    /// CRD defaults the field to 10 but the object to 20; kept for compatibility.
-    pub const TIMEOUT_CONNECT_FIELD: i64 = 10;
-    /// `spec.ingress.timeouts.proxy.read`.
-    pub const TIMEOUT_READ: i64 = 120;
-    /// `spec.ingress.timeouts.proxy.send`.
-    pub const TIMEOUT_SEND: i64 = 120;
-
-    /// Every `spec.config` default the CRD schema declares, as the object they make up (a CR value equal
-    /// to one of them was not chosen by the user: the API server filled it in).
-    pub fn spec_config() -> serde_json::Value {
-        use serde_json::json;
-        let proxy = |port: i32| json!({"enableProxyAuthorization": PROXY_AUTHORIZATION, "enabled": PROXY_ENABLED, "port": port});
-        let mut config = serde_json::Map::new();
-        for (key, value) in rendered() {
-            config.insert(key.to_string(), value);
-        }
-        config.insert(
-            "servers".into(),
-            json!({
-                "businessDataTunnel": {"externalPort": EXTERNAL_PORT},
-                "proxy": {
-                    "http": proxy(HTTP_PORT),
-                    "rfcAndLdap": proxy(RFC_AND_LDAP_PORT),
-                    "socks5": proxy(SOCKS5_PORT)
-                }
-            }),
-        );
-        serde_json::Value::Object(config)
-    }
-
-    /// The top-level `spec.config` fields the proxy's configuration file gets when the CR leaves them
-    /// out (the API server applies the same schema defaults on write; an object stored before them
-    /// may lack them).
-    pub fn rendered() -> [(&'static str, serde_json::Value); 5] {
-        use serde_json::json;
-        [
-            ("highAvailabilityMode", json!(HIGH_AVAILABILITY_MODE)),
-            ("tenantMode", json!(TENANT_MODE)),
-            (
-                "serviceChannels",
-                json!({"enabled": SERVICE_CHANNELS_ENABLED}),
-            ),
-            ("multiRegionMode", json!({"enabled": MULTI_REGION_ENABLED})),
-            (
-                "integration",
-                json!({"auditlog": {"mode": AUDITLOG_MODE},
-                       "connectivityService": {"serviceCredentialsKey": SERVICE_CREDENTIALS_KEY}}),
-            ),
-        ]
     }
 }

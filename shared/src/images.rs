@@ -129,47 +129,6 @@ impl ImageRef {
     }
 }
 
-/// A start-up image setting that cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigureError {
-    /// The value is not an image reference.
-    #[error("{var}: {source}")]
-    Invalid {
-        /// The env var (or flag) it came from.
-        var: &'static str,
-        /// Why.
-        source: ImageRefError,
-    },
-    /// The defaults were read before.
-    #[error(transparent)]
-    AlreadySet(#[from] crate::defaults::ImagesAlreadySet),
-}
-
-/// Makes the images of `--proxy-image`/[`PROXY_IMAGE_ENV`] and `--utility-image`/[`UTILITY_IMAGE_ENV`]
-/// this process's `spec.deployment` image defaults (the release's own where one is not given). Both
-/// operator programs call it first thing.
-pub fn configure(proxy: Option<&str>, utility: Option<&str>) -> Result<(), ConfigureError> {
-    if proxy.is_none() && utility.is_none() {
-        return Ok(());
-    }
-    let parse = |var: &'static str, value: Option<&str>, release: String| {
-        ImageRef::parse(value.unwrap_or(&release))
-            .map_err(|source| ConfigureError::Invalid { var, source })
-    };
-    let proxy = parse(
-        PROXY_IMAGE_ENV,
-        proxy,
-        crate::defaults::release_proxy_image(),
-    )?;
-    let utility = parse(
-        UTILITY_IMAGE_ENV,
-        utility,
-        crate::defaults::release_utility_image(),
-    )?;
-    crate::defaults::use_images(&proxy, &utility)?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

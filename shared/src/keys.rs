@@ -65,7 +65,9 @@ pub const TAKEOVER_ID_ANNOTATION: &str = "connectivityproxy.sap.com/legacy-takeo
 pub const BACKUP_OF_ANNOTATION: &str = "connectivityproxy.sap.com/backup-of";
 /// Where the legacy data is backed up: the module's namespace, the one namespace besides the Istio
 /// namespace where the controller may write (no namespace of its own: the token cannot create one).
-pub const BACKUP_NAMESPACE: &str = crate::names::KYMA_SYSTEM;
+/// (`names::KYMA_SYSTEM`, spelled out so that this leaf module imports nothing; a test of `names` holds
+/// them equal.)
+pub const BACKUP_NAMESPACE: &str = "kyma-system";
 
 /// Name of a backup of `name` for takeover `id`.
 pub fn backup_name(name: &str, id: &str) -> String {

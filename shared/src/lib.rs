@@ -8,6 +8,7 @@
 pub mod admission_config;
 pub mod bundle;
 pub mod cli;
+pub mod config_defaults;
 pub mod cp;
 pub mod crds;
 pub mod defaults;

@@ -148,6 +148,11 @@ pub const MAX_FOREIGN_SECRET_WATCHES: usize = 8;
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn legacy_backups_live_in_the_module_namespace() {
+        assert_eq!(crate::keys::BACKUP_NAMESPACE, super::KYMA_SYSTEM);
+    }
+
     use super::*;
 
     #[test]

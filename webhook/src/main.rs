@@ -151,7 +151,7 @@ async fn run() -> anyhow::Result<()> {
         crypto = cp_certs::crypto::backend_name(),
         "cryptography provider installed"
     );
-    cp_api::images::configure(args.proxy_image.as_deref(), args.utility_image.as_deref())?;
+    cp_api::defaults::configure(args.proxy_image.as_deref(), args.utility_image.as_deref())?;
     let limits = args.limits()?;
     let metrics = Arc::new(Metrics::new()?);
     let client = kube::Client::try_default()
