@@ -28,9 +28,7 @@ target_dir=${CARGO_TARGET_DIR:-$root/target}
 fips=${CP_IMAGE_FIPS:-0}
 # CP_IMAGE_PROFILE=test-image (what `make test` uses) links without whole-program optimisation.
 if [ "$fips" = 1 ]; then
-  for tool in cmake cc go; do
-    command -v "$tool" >/dev/null || { echo "error: the AWS-LC FIPS module needs $tool at build time (apt-get install -y cmake build-essential; Go from go.dev)" >&2; exit 1; }
-  done
+  bash "$root/hack/preflight.sh" fips >/dev/null
   profile=${CP_IMAGE_PROFILE:-release-fips}
   suffix=-fips
   crates=(-p cp-webhook -p cp-controller --bin cp-webhook --bin cp-controller

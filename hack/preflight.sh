@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks what `make run` / `make test` need before the first build, one line per missing thing with its
-# fix, and says how long the first builds take. Usage: preflight.sh [images]
+# fix, and says how long the first builds take. Usage: preflight.sh [images|test|fips]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 fail=0
@@ -30,6 +30,12 @@ if [ "${1:-}" = images ]; then
   if ! command -v buildah >/dev/null || ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
     missing "buildah, podman and runc are needed for the images: apt-get install -y buildah podman runc (make images installs them when run as root)"
   fi
+fi
+if [ "${1:-}" = fips ]; then
+  # The AWS-LC FIPS module (aws-lc-fips-sys) is built from source with CMake, a C compiler and Go (above).
+  for tool in cmake cc; do
+    command -v "$tool" >/dev/null || missing "$tool is needed to build the AWS-LC FIPS module (make images-fips, make test-fips): apt-get install -y cmake build-essential"
+  done
 fi
 [ "$fail" = 0 ] || exit 1
 

@@ -11,9 +11,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-for tool in cmake cc go; do
-  command -v "$tool" >/dev/null || { echo "error: the AWS-LC FIPS module needs $tool at build time (apt-get install -y cmake build-essential; Go from go.dev)" >&2; exit 1; }
-done
+bash "$root/hack/preflight.sh" fips >/dev/null
 target=x86_64-unknown-linux-gnu
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 tools=$(bash hack/auditable-tools.sh)

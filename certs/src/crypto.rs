@@ -40,8 +40,10 @@ pub fn backend_name() -> &'static str {
 /// The TLS provider of this build. In the FIPS build: aws-lc-rs in FIPS mode with only the approved
 /// cipher suites (AES-GCM; no ChaCha20-Poly1305) and only the NIST curves P-256 and P-384 for key
 /// exchange (no X25519, no hybrid post-quantum group, which the module's boundary does not cover).
+/// Built once per process and shared by every TLS configuration.
 pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(make_provider())
+    static PROVIDER: std::sync::OnceLock<Arc<CryptoProvider>> = std::sync::OnceLock::new();
+    PROVIDER.get_or_init(|| Arc::new(make_provider())).clone()
 }
 
 #[cfg(feature = "fips")]
@@ -77,8 +79,8 @@ pub enum FipsError {
 /// in the FIPS build, checks that the module is in FIPS mode and that every offered algorithm is
 /// approved. Returns whether FIPS mode is on. Idempotent.
 pub fn install() -> Result<bool, FipsError> {
-    let provider = make_provider();
-    let _ = provider.clone().install_default();
+    let provider = provider();
+    let _ = CryptoProvider::install_default(provider.as_ref().clone());
     if FIPS_BUILD {
         check_fips(&provider)?;
     }

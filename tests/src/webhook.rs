@@ -257,7 +257,8 @@ impl Webhook {
     }
 }
 
-fn pem_to_der(pem: &str) -> anyhow::Result<Vec<u8>> {
+/// The DER of the first PEM block of `pem`.
+pub fn pem_to_der(pem: &str) -> anyhow::Result<Vec<u8>> {
     use base64::Engine;
     let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
     Ok(base64::engine::general_purpose::STANDARD.decode(body)?)

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rustls::ServerConfig;
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -94,10 +93,6 @@ impl ResolvesServerCert for CertStore {
     }
 }
 
-fn provider() -> Arc<CryptoProvider> {
-    cp_certs::crypto::provider()
-}
-
 fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Error> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
@@ -107,7 +102,7 @@ fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Error>
     }
     let key = PrivateKeyDer::from_pem_slice(key_pem)
         .map_err(|e| Error::Tls(format!("private key PEM: {e}")))?;
-    let signing = provider()
+    let signing = cp_certs::crypto::provider()
         .key_provider
         .load_private_key(key)
         .map_err(|e| Error::Tls(format!("private key: {e}")))?;
@@ -184,10 +179,13 @@ fn client_verifier(
     if roots.is_empty() {
         return Err(Error::Tls("client CA PEM holds no certificate".into()));
     }
-    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-        .build()
-        .map(Some)
-        .map_err(|e| Error::Tls(format!("client CA: {e}")))
+    rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        cp_certs::crypto::provider(),
+    )
+    .build()
+    .map(Some)
+    .map_err(|e| Error::Tls(format!("client CA: {e}")))
 }
 
 /// A rustls server configuration (TLS 1.2 and 1.3 only) that serves whatever `store` holds, to the
@@ -197,7 +195,7 @@ pub fn server_config(store: Arc<CertStore>, callers: &Callers) -> Result<ServerC
         Ok(mut s) => *s = Some(Arc::downgrade(&store)),
         Err(poisoned) => *poisoned.into_inner() = Some(Arc::downgrade(&store)),
     }
-    let builder = ServerConfig::builder_with_provider(provider())
+    let builder = ServerConfig::builder_with_provider(cp_certs::crypto::provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| Error::Tls(e.to_string()))?;
     let builder = match client_verifier(callers)? {

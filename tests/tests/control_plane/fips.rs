@@ -55,7 +55,7 @@ fn client(
     provider.cipher_suites = suites.to_vec();
     provider.kx_groups = groups.to_vec();
     let mut roots = rustls::RootCertStore::empty();
-    let der = rustls_pemfile_der(ca_pem);
+    let der = cp_tests::webhook::pem_to_der(ca_pem).expect("CA PEM");
     roots.add(der.into()).expect("CA");
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(versions)
@@ -63,14 +63,6 @@ fn client(
         .with_root_certificates(roots)
         .with_no_client_auth();
     tokio_rustls::TlsConnector::from(Arc::new(config))
-}
-
-fn rustls_pemfile_der(pem: &str) -> Vec<u8> {
-    use base64::Engine;
-    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
-    base64::engine::general_purpose::STANDARD
-        .decode(body)
-        .expect("PEM")
 }
 
 /// The outcome of one handshake with the webhook: the negotiated suite and group, or the error.
