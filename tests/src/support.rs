@@ -22,6 +22,8 @@ use crate::{ControlPlane, manifest};
 pub const NS: &str = "kyma-system";
 /// The cluster's domain in shoot-info.
 pub const DOMAIN: &str = "c-123.kyma.example.com";
+/// The name of the scenarios' CR (the Kyma default CR's).
+pub const CR: &str = "connectivity-proxy";
 
 static SCENARIO: Mutex<()> = Mutex::const_new(());
 
@@ -72,6 +74,20 @@ pub async fn scenario() -> Env {
         controller,
         _turn: turn,
     }
+}
+
+/// [`scenario`] with the default CR [`CR`] created in [`NS`].
+pub async fn scenario_with_cr() -> Env {
+    let env = scenario().await;
+    create_default_cr(&env.admin, NS, CR).await;
+    env
+}
+
+/// [`scenario_with_cr`] with the CR made Ready ([`make_ready`]).
+pub async fn scenario_ready() -> Env {
+    let env = scenario_with_cr().await;
+    make_ready(&env.admin, NS, CR).await;
+    env
 }
 
 /// For a group that runs its own controller: the operator's CRDs, `kyma-system` and the Istio
@@ -178,17 +194,38 @@ pub async fn default_cr_without_crds(
             .await
             .unwrap_or_else(|e| panic!("delete {what} CRD: {e:?}"));
     }
-    create_default_cr(admin, NS, "connectivity-proxy").await;
-    let cr = wait_state(
-        admin,
-        NS,
-        "connectivity-proxy",
-        State::Warning,
-        Some(reason),
-        Duration::from_secs(15),
-    )
-    .await;
-    cr.status.and_then(|s| s.description).unwrap_or_default()
+    create_default_cr(admin, NS, CR).await;
+    cr_warning(admin, reason, 15).await
+}
+
+/// Waits (`secs` seconds) until the scenarios' CR ([`NS`]/[`CR`]) is in `state` with `reason` in
+/// some condition (`None`: any); returns it.
+pub async fn cr_state<'a>(
+    admin: &Client,
+    state: State,
+    reason: impl Into<Option<&'a str>>,
+    secs: u64,
+) -> ConnectivityProxy {
+    let within = Duration::from_secs(secs);
+    wait_state(admin, NS, CR, state, reason.into(), within).await
+}
+
+/// Waits (`secs` seconds) until the scenarios' CR is in Warning with `reason` ([`cr_state`]); returns
+/// its status description.
+pub async fn cr_warning<'a>(
+    admin: &Client,
+    reason: impl Into<Option<&'a str>>,
+    secs: u64,
+) -> String {
+    description(&cr_state(admin, State::Warning, reason, secs).await)
+}
+
+/// The CR's status description (empty without one).
+pub fn description(cr: &ConnectivityProxy) -> String {
+    cr.status
+        .as_ref()
+        .and_then(|s| s.description.clone())
+        .unwrap_or_default()
 }
 
 /// Waits until the CR reports `state` with `reason` in some condition; returns it.

@@ -85,35 +85,41 @@ where
     .await
 }
 
-/// Whether [`until_presence`] waits for an object to be there or to be gone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Presence {
-    /// The object exists.
-    Present,
-    /// The object does not exist.
-    Gone,
-}
-
-/// Waits until `api`'s object `name` is `wanted` (there, or gone); fails after `timeout` with `what`.
-pub async fn until_presence<K>(
+/// Waits until `api`'s object `name` exists; fails after `timeout`.
+pub async fn present<K>(
     api: &kube::api::Api<K>,
     name: &str,
-    wanted: Presence,
-    what: &str,
     timeout: Duration,
 ) -> anyhow::Result<()>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    until(what, timeout, || {
-        let api = api.clone();
-        async move {
-            let found = api.get_opt(name).await.map_err(|e| e.to_string())?;
-            match (found.is_some(), wanted) {
-                (true, Presence::Present) | (false, Presence::Gone) => Ok(Some(())),
-                (true, Presence::Gone) => Err(format!("{name} is still there")),
-                (false, Presence::Present) => Err(format!("no {name} yet")),
-            }
+    presence(api, name, true, timeout).await
+}
+
+/// Waits until `api`'s object `name` does not exist; fails after `timeout`.
+pub async fn gone<K>(api: &kube::api::Api<K>, name: &str, timeout: Duration) -> anyhow::Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    presence(api, name, false, timeout).await
+}
+
+async fn presence<K>(
+    api: &kube::api::Api<K>,
+    name: &str,
+    wanted: bool,
+    timeout: Duration,
+) -> anyhow::Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let what = format!("{name} {}", if wanted { "there" } else { "gone" });
+    until(&what, timeout, || async {
+        match (api.get_opt(name).await.map_err(|e| e.to_string())?, wanted) {
+            (Some(_), true) | (None, false) => Ok(Some(())),
+            (Some(_), false) => Err(format!("{name} is still there")),
+            (None, true) => Err(format!("no {name} yet")),
         }
     })
     .await
@@ -151,27 +157,33 @@ pub async fn warning_event(
     timeout: Duration,
     matches: impl Fn(&k8s_openapi::api::events::v1::Event) -> bool,
 ) -> anyhow::Result<String> {
+    let warning = |e: &k8s_openapi::api::events::v1::Event| e.type_.as_deref() == Some("Warning");
+    let e = event(client, namespace, what, timeout, |e| {
+        warning(e) && matches(e)
+    })
+    .await?;
+    Ok(e.note.unwrap_or_default())
+}
+
+/// Waits until an Event in `namespace` matches `matches`; returns it.
+pub async fn event(
+    client: &kube::Client,
+    namespace: &str,
+    what: &str,
+    timeout: Duration,
+    matches: impl Fn(&k8s_openapi::api::events::v1::Event) -> bool,
+) -> anyhow::Result<k8s_openapi::api::events::v1::Event> {
     let events: kube::api::Api<k8s_openapi::api::events::v1::Event> =
         kube::api::Api::namespaced(client.clone(), namespace);
-    let matches = &matches;
-    until(what, timeout, || {
-        let events = events.clone();
-        async move {
-            let list = events
-                .list(&Default::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let found = list
-                .items
-                .iter()
-                .find(|e| e.type_.as_deref() == Some("Warning") && matches(e));
-            match found {
-                Some(e) => Ok(Some(e.note.clone().unwrap_or_default())),
-                None => Err(format!(
-                    "{} Events in {namespace}, none matching",
-                    list.items.len()
-                )),
-            }
+    until(what, timeout, || async {
+        let list = events
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let n = list.items.len();
+        match list.items.into_iter().find(|e| matches(e)) {
+            Some(e) => Ok(Some(e)),
+            None => Err(format!("{n} Events in {namespace}, none matching")),
         }
     })
     .await

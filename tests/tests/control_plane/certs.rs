@@ -239,15 +239,9 @@ async fn install_dependencies(admin: &kube::Client) {
 async fn delete_cr_and_wait(admin: &kube::Client) {
     let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), "kyma-system");
     let _ = api.delete("connectivity-proxy", &Default::default()).await;
-    cp_tests::wait::until_presence(
-        &api,
-        "connectivity-proxy",
-        cp_tests::wait::Presence::Gone,
-        "the CR is gone",
-        Duration::from_secs(20),
-    )
-    .await
-    .expect("deleted");
+    cp_tests::wait::gone(&api, "connectivity-proxy", Duration::from_secs(20))
+        .await
+        .expect("the CR is gone");
 }
 
 #[tokio::test]

@@ -143,15 +143,9 @@ async fn shared_tenant_key_is_kept_and_a_second_takeover_imports_the_current_leg
             .await
             .map(|_| ()),
     );
-    cp_tests::wait::until_presence(
-        &cms,
-        "connectivity-proxy",
-        cp_tests::wait::Presence::Gone,
-        "the operator's ConfigMap gone",
-        Duration::from_secs(20),
-    )
-    .await
-    .expect("gone");
+    cp_tests::wait::gone(&cms, "connectivity-proxy", Duration::from_secs(20))
+        .await
+        .expect("the operator's ConfigMap gone");
     cp_tests::fixtures::apply(
         &admin,
         &cp_tests::fixtures::LEGACY_INSTALL,

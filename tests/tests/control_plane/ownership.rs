@@ -11,7 +11,6 @@ use cp_api::{ConnectivityProxy, State, names};
 use cp_tests::controller::ControllerProcess;
 use cp_tests::shared::control_plane;
 use cp_tests::support::{self, NS};
-use cp_tests::wait::Presence;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -188,24 +187,12 @@ async fn only_objects_with_the_ownership_proof_are_written_pruned_or_deleted() {
     crs.delete(CR, &DeleteParams::default())
         .await
         .expect("delete CR");
-    cp_tests::wait::until_presence(
-        &crs,
-        CR,
-        Presence::Gone,
-        "the CR gone",
-        Duration::from_secs(30),
-    )
-    .await
-    .expect("CR gone");
-    cp_tests::wait::until_presence(
-        &cms,
-        names::CONFIGMAP_CONFIG,
-        Presence::Gone,
-        "the operator's own ConfigMap deleted with the CR",
-        Duration::from_secs(20),
-    )
-    .await
-    .expect("deleted");
+    cp_tests::wait::gone(&crs, CR, Duration::from_secs(30))
+        .await
+        .expect("the CR gone");
+    cp_tests::wait::gone(&cms, names::CONFIGMAP_CONFIG, Duration::from_secs(20))
+        .await
+        .expect("the operator's own ConfigMap deleted with the CR");
     let user = cms
         .get("user-config")
         .await

@@ -29,15 +29,13 @@ async fn a_forged_backup_is_never_restored_from_nor_overwritten() {
         .expect("controller");
     // The key exists before the forgery: nothing created after it is adopted without a proof.
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
-    cp_tests::wait::until_presence(
+    cp_tests::wait::present(
         &secrets,
         names::OWNERSHIP_KEY_SECRET,
-        cp_tests::wait::Presence::Present,
-        "the ownership key Secret",
         Duration::from_secs(20),
     )
     .await
-    .expect("key");
+    .expect("the ownership key Secret");
     // Objects of the key's own second count as older than the key (timestamps have whole seconds):
     // the forgery comes later.
     let key = secrets.get(names::OWNERSHIP_KEY_SECRET).await.expect("key");

@@ -74,31 +74,14 @@ async fn wait_all_exist(admin: &Client) {
 
 #[tokio::test]
 async fn default_cr_installs_everything_and_becomes_ready() {
-    let env = scenario().await;
+    let env = scenario_with_cr().await;
     let admin = &env.admin;
-    create_default_cr(admin, NS, "connectivity-proxy").await;
     wait_all_exist(admin).await;
-    wait_state(
-        admin,
-        NS,
-        "connectivity-proxy",
-        State::Processing,
-        Some("ServiceKeyPending"),
-        Duration::from_secs(15),
-    )
-    .await;
-    play_btp_operator(admin, NS, "connectivity-proxy").await;
-    let cr = wait_state(
-        admin,
-        NS,
-        "connectivity-proxy",
-        State::Processing,
-        Some("StatefulSetNotReady"),
-        Duration::from_secs(15),
-    )
-    .await;
+    cr_state(admin, State::Processing, "ServiceKeyPending", 15).await;
+    play_btp_operator(admin, NS, CR).await;
+    let cr = cr_state(admin, State::Processing, "StatefulSetNotReady", 15).await;
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), NS);
-    let yml = proxy_config_yml(cms.get("connectivity-proxy").await.expect("cm"));
+    let yml = proxy_config_yml(cms.get(CR).await.expect("cm"));
     assert!(
         yml.contains(SUBACCOUNT) && yml.contains(SUBDOMAIN),
         "subaccount from the binding: {yml}"
@@ -193,15 +176,7 @@ async fn default_cr_installs_everything_and_becomes_ready() {
     }
 
     mark_statefulset_ready(admin, NS).await;
-    let cr = wait_state(
-        admin,
-        NS,
-        "connectivity-proxy",
-        State::Ready,
-        Some("StatefulSetReady"),
-        Duration::from_secs(10),
-    )
-    .await;
+    let cr = cr_state(admin, State::Ready, "StatefulSetReady", 10).await;
     let status = cr.status.expect("status");
     assert_eq!(status.observed_generation, cr.metadata.generation);
     for c in &status.conditions {
@@ -209,21 +184,15 @@ async fn default_cr_installs_everything_and_becomes_ready() {
         assert_eq!(c.status, "True", "{} {}", c.type_, c.reason);
     }
     // An Event marks the state change.
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), NS);
-    cp_tests::wait::until("an Event for the CR", Duration::from_secs(10), || {
-        let events = events.clone();
-        async move {
-            let list = events
-                .list(&Default::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(list
-                .items
-                .iter()
-                .any(|e| e.reason.as_deref() == Some("StatefulSetReady"))
-                .then_some(()))
-        }
-    })
+    let reason =
+        |e: &k8s_openapi::api::events::v1::Event| e.reason.as_deref() == Some("StatefulSetReady");
+    cp_tests::wait::event(
+        admin,
+        NS,
+        "an Event for the CR",
+        Duration::from_secs(10),
+        reason,
+    )
     .await
     .expect("event");
 }
@@ -253,7 +222,7 @@ async fn missing_istio_is_a_warning_until_it_is_installed() {
     );
     install_istio(admin).await;
     wait_all_exist(admin).await;
-    make_ready(admin, NS, "connectivity-proxy").await;
+    make_ready(admin, NS, CR).await;
 }
 
 /// Whether every one of the module's NetworkPolicies exists (`true`) or none does (`false`).
@@ -281,9 +250,8 @@ async fn network_policies_are(admin: &Client, present: bool) -> Result<Option<()
 
 #[tokio::test]
 async fn network_policies_are_applied_and_one_annotation_switches_them_off() {
-    let env = scenario().await;
+    let env = scenario_with_cr().await;
     let admin = &env.admin;
-    create_default_cr(admin, NS, "connectivity-proxy").await;
     let wait = |present: bool, what: &'static str| {
         cp_tests::wait::until(what, Duration::from_secs(15), move || {
             network_policies_are(admin, present)
@@ -315,37 +283,23 @@ async fn network_policies_are_applied_and_one_annotation_switches_them_off() {
 
 #[tokio::test]
 async fn changes_propagate_and_drift_is_repaired() {
-    let env = scenario().await;
+    let env = scenario_with_cr().await;
     let admin = &env.admin;
-    create_default_cr(admin, NS, "connectivity-proxy").await;
     wait_all_exist(admin).await;
-    make_ready(admin, NS, "connectivity-proxy").await;
+    make_ready(admin, NS, CR).await;
 
     let start = Instant::now();
-    set_http_port(admin, NS, "connectivity-proxy", 20555).await;
+    set_http_port(admin, NS, CR, 20555).await;
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), NS);
     let svcs: Api<Service> = Api::namespaced(admin.clone(), NS);
-    cp_tests::wait::until(
-        "the port change reaches the ConfigMap and Service",
-        Duration::from_secs(5),
-        || {
-            let (cms, svcs) = (cms.clone(), svcs.clone());
-            async move {
-                let port = info_http_port(&cms).await?;
-                let svc = svcs
-                    .get("connectivity-proxy")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let has = svc
-                    .spec
-                    .and_then(|s| s.ports)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|p| p.port == 20555);
-                Ok((port == "20555" && has).then_some(()))
-            }
-        },
-    )
+    let what = "the port change reaches the ConfigMap and Service";
+    cp_tests::wait::until(what, Duration::from_secs(5), || async {
+        let port = info_http_port(&cms).await?;
+        let svc = svcs.get(CR).await.map_err(|e| e.to_string())?;
+        let ports = svc.spec.and_then(|s| s.ports).unwrap_or_default();
+        let has = ports.iter().any(|p| p.port == 20555);
+        Ok((port == "20555" && has).then_some(()))
+    })
     .await
     .expect("propagated");
     println!(
@@ -357,15 +311,9 @@ async fn changes_propagate_and_drift_is_repaired() {
     svcs.delete("connectivity-proxy-tunnel", &DeleteParams::default())
         .await
         .expect("delete service");
-    cp_tests::wait::until_presence(
-        &svcs,
-        "connectivity-proxy-tunnel",
-        cp_tests::wait::Presence::Present,
-        "the deleted Service is recreated",
-        Duration::from_secs(5),
-    )
-    .await
-    .expect("recreated");
+    cp_tests::wait::present(&svcs, "connectivity-proxy-tunnel", Duration::from_secs(5))
+        .await
+        .expect("the deleted Service is recreated");
 
     // A hand edit of a managed ConfigMap is reverted.
     let hack = json!({"data": {"onpremise_proxy_http_port": "1"}});
@@ -376,13 +324,11 @@ async fn changes_propagate_and_drift_is_repaired() {
     )
     .await
     .expect("hand edit");
-    cp_tests::wait::until("the hand edit is reverted", Duration::from_secs(5), || {
-        let cms = cms.clone();
-        async move {
-            let port = info_http_port(&cms).await?;
-            Ok((port == "20555").then_some(()))
-        }
-    })
+    cp_tests::wait::until(
+        "the hand edit is reverted",
+        Duration::from_secs(5),
+        || async { Ok((info_http_port(&cms).await? == "20555").then_some(())) },
+    )
     .await
     .expect("reverted");
 
@@ -463,11 +409,10 @@ fn controller_writes_since(
 
 #[tokio::test]
 async fn a_second_cr_gets_a_warning_and_changes_nothing() {
-    let env = scenario().await;
+    let env = scenario_with_cr().await;
     let admin = &env.admin;
-    create_default_cr(admin, NS, "connectivity-proxy").await;
     wait_all_exist(admin).await;
-    make_ready(admin, NS, "connectivity-proxy").await;
+    make_ready(admin, NS, CR).await;
     // A second CR in the module's namespace (one elsewhere is OutsideModuleNamespace, see below).
     let other_ns = NS.to_string();
     // The oldest CR is the primary, by creation second, then by name ("another" sorts first): the
@@ -479,30 +424,11 @@ async fn a_second_cr_gets_a_warning_and_changes_nothing() {
     cp_tests::wait::a_second_past(&first.metadata).await;
     let offset = env.cp.audit_offset();
     create_default_cr(admin, &other_ns, "another").await;
-    let cr = wait_state(
-        admin,
-        &other_ns,
-        "another",
-        State::Warning,
-        Some("DuplicateConnectivityProxy"),
-        Duration::from_secs(10),
-    )
-    .await;
-    assert!(
-        cr.status
-            .and_then(|s| s.description)
-            .unwrap_or_default()
-            .contains("kyma-system/connectivity-proxy")
-    );
-    wait_state(
-        admin,
-        NS,
-        "connectivity-proxy",
-        State::Ready,
-        None,
-        Duration::from_secs(5),
-    )
-    .await;
+    let within = Duration::from_secs(10);
+    let warning = Some("DuplicateConnectivityProxy");
+    let cr = wait_state(admin, &other_ns, "another", State::Warning, warning, within).await;
+    assert!(description(&cr).contains("kyma-system/connectivity-proxy"));
+    cr_state(admin, State::Ready, None, 5).await;
     let touched = controller_writes_since(&env, offset, "another");
     assert!(
         touched.is_empty(),
@@ -512,45 +438,26 @@ async fn a_second_cr_gets_a_warning_and_changes_nothing() {
 
 #[tokio::test]
 async fn the_module_cr_names_the_crs_outside_kyma_system_that_block_its_removal() {
-    let env = scenario().await;
+    let env = scenario_ready().await;
     let admin = &env.admin;
-    create_default_cr(admin, NS, "connectivity-proxy").await;
-    make_ready(admin, NS, "connectivity-proxy").await;
     // lifecycle-manager removes the module only once no CR of its CRDs is left in any namespace.
     let other_ns = env.cp.namespace("stray").await.expect("ns");
     create_default_cr(admin, &other_ns, "stray").await;
-    let cr = wait_state(
-        admin,
-        NS,
-        "connectivity-proxy",
-        State::Warning,
-        None,
-        Duration::from_secs(10),
-    )
-    .await;
-    let description = cr.status.and_then(|s| s.description).unwrap_or_default();
+    let d = cr_warning(admin, None, 10).await;
     assert!(
-        description.contains("block the module's removal")
-            && description.contains(&format!(": {other_ns}/stray;"))
-            && description.contains(&format!(
+        d.contains("block the module's removal")
+            && d.contains(&format!(": {other_ns}/stray;"))
+            && d.contains(&format!(
                 "kubectl delete connectivityproxies.connectivityproxy.sap.com -n {other_ns} stray"
             )),
-        "{description}"
+        "{d}"
     );
     Api::<ConnectivityProxy>::namespaced(admin.clone(), &other_ns)
         .delete("stray", &DeleteParams::default())
         .await
         .expect("delete the stray CR");
     // Woken by the metadata watch, not by the resync.
-    wait_state(
-        admin,
-        NS,
-        "connectivity-proxy",
-        State::Ready,
-        Some("StatefulSetReady"),
-        Duration::from_secs(10),
-    )
-    .await;
+    cr_state(admin, State::Ready, "StatefulSetReady", 10).await;
 }
 
 #[tokio::test]
@@ -560,19 +467,20 @@ async fn a_cr_outside_kyma_system_installs_nothing_and_the_token_cannot_write_th
     let other_ns = env.cp.namespace("outside").await.expect("ns");
     let offset = env.cp.audit_offset();
     create_default_cr(admin, &other_ns, "elsewhere").await;
+    let (warning, within) = (Some("OutsideModuleNamespace"), Duration::from_secs(10));
     let cr = wait_state(
         admin,
         &other_ns,
         "elsewhere",
         State::Warning,
-        Some("OutsideModuleNamespace"),
-        Duration::from_secs(10),
+        warning,
+        within,
     )
     .await;
-    let description = cr.status.and_then(|s| s.description).unwrap_or_default();
+    let d = description(&cr);
     assert!(
-        description.contains("only from a ConnectivityProxy in kyma-system"),
-        "{description}"
+        d.contains("only from a ConnectivityProxy in kyma-system"),
+        "{d}"
     );
     let touched = controller_writes_since(&env, offset, "elsewhere");
     assert!(
@@ -633,11 +541,10 @@ async fn a_cr_outside_kyma_system_installs_nothing_and_the_token_cannot_write_th
 
 #[tokio::test]
 async fn steady_state_issues_no_writes() {
-    let env = scenario().await;
+    let env = scenario_with_cr().await;
     let admin = &env.admin;
-    create_default_cr(admin, NS, "connectivity-proxy").await;
     wait_all_exist(admin).await;
-    make_ready(admin, NS, "connectivity-proxy").await;
+    make_ready(admin, NS, CR).await;
     // Let the reconcile that follows Ready settle, then observe a window of resyncs (every 3 s).
     let settled = env
         .controller
@@ -716,9 +623,8 @@ async fn steady_state_issues_no_writes() {
 
 #[tokio::test]
 async fn deletion_waits_for_service_mappings_then_removes_everything() {
-    let env = scenario().await;
+    let env = scenario_with_cr().await;
     let admin = &env.admin;
-    create_default_cr(admin, NS, "connectivity-proxy").await;
     wait_all_exist(admin).await;
     create_mapping(admin, "blocker-1").await;
     create_mapping(admin, "blocker-2").await;
@@ -726,20 +632,8 @@ async fn deletion_waits_for_service_mappings_then_removes_everything() {
     crs.delete("connectivity-proxy", &DeleteParams::default())
         .await
         .expect("delete CR");
-    let cr = wait_state(
-        admin,
-        NS,
-        "connectivity-proxy",
-        State::Warning,
-        Some("DeletionBlockedByServiceMappings"),
-        Duration::from_secs(10),
-    )
-    .await;
-    let description = cr.status.and_then(|s| s.description).unwrap_or_default();
-    assert!(
-        description.contains("blocker-1") && description.contains("blocker-2"),
-        "{description}"
-    );
+    let d = cr_warning(admin, "DeletionBlockedByServiceMappings", 10).await;
+    assert!(d.contains("blocker-1") && d.contains("blocker-2"), "{d}");
     for (kind, ns, name) in MANAGED {
         assert!(
             get(admin, kind, ns, name).await.is_some(),
@@ -752,39 +646,26 @@ async fn deletion_waits_for_service_mappings_then_removes_everything() {
             .await
             .expect("delete mapping");
     }
-    cp_tests::wait::until(
-        "the CR and every managed object are gone",
-        Duration::from_secs(20),
-        || {
-            let crs = crs.clone();
-            async move {
-                if crs
-                    .get_opt("connectivity-proxy")
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .is_some()
-                {
-                    return Err("CR still there".into());
-                }
-                for (kind, ns, name) in MANAGED {
-                    if get(admin, kind, ns, name).await.is_some() {
-                        return Err(format!("{kind:?} {name} still there"));
-                    }
-                }
-                Ok(Some(()))
+    let what = "the CR and every managed object are gone";
+    cp_tests::wait::until(what, Duration::from_secs(20), || async {
+        if crs.get_opt(CR).await.map_err(|e| e.to_string())?.is_some() {
+            return Err("CR still there".into());
+        }
+        for (kind, ns, name) in MANAGED {
+            if get(admin, kind, ns, name).await.is_some() {
+                return Err(format!("{kind:?} {name} still there"));
             }
-        },
-    )
+        }
+        Ok(Some(()))
+    })
     .await
     .expect("all gone");
 }
 
 #[tokio::test]
 async fn a_secret_the_operator_did_not_create_is_never_written_labelled_or_deleted() {
-    let env = scenario().await;
+    let env = scenario_ready().await;
     let admin = &env.admin;
-    create_default_cr(admin, NS, "connectivity-proxy").await;
-    make_ready(admin, NS, "connectivity-proxy").await;
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), NS);
     let precious: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "precious"},
@@ -799,17 +680,8 @@ async fn a_secret_the_operator_did_not_create_is_never_written_labelled_or_delet
     let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), NS);
     let edit = json!({"spec": {"secretConfig": {"integration": {"connectivityService":
         {"secretName": "precious", "secretData": "eyJjbGllbnRpZCI6ICJ4In0="}}}}});
-    edit_cr(admin, NS, "connectivity-proxy", &edit, "edit").await;
-    let cr = wait_state(
-        admin,
-        NS,
-        "connectivity-proxy",
-        State::Warning,
-        Some("ObjectNotOwned"),
-        Duration::from_secs(20),
-    )
-    .await;
-    let msg = cr.status.and_then(|s| s.description).unwrap_or_default();
+    edit_cr(admin, NS, CR, &edit, "edit").await;
+    let msg = cr_warning(admin, "ObjectNotOwned", 20).await;
     assert!(msg.contains("Secret kyma-system/precious"), "{msg}");
     let after = secrets.get("precious").await.expect("precious kept");
     assert_eq!(after.data, before.data, "not written");
@@ -821,7 +693,7 @@ async fn a_secret_the_operator_did_not_create_is_never_written_labelled_or_delet
     // secretData removed: the operator only reads the named Secret; it never deletes it.
     let edit = json!({"spec": {"secretConfig": {"integration": {"connectivityService":
         {"secretName": "precious", "secretData": null}}}}});
-    edit_cr(admin, NS, "connectivity-proxy", &edit, "edit").await;
+    edit_cr(admin, NS, CR, &edit, "edit").await;
     cp_tests::wait::until_object(
         &crs,
         "connectivity-proxy",
