@@ -611,18 +611,15 @@ impl ControlPlane {
 
     async fn wait_ready_async(&self, timeout: Duration) -> anyhow::Result<()> {
         let client = self.client(&Identity::Admin).await?;
-        crate::wait::until("kube-apiserver /readyz", timeout, || {
-            let client = client.clone();
-            async move {
-                self.check_alive().map_err(|e| format!("{e:#}"))?;
-                let req = http::Request::get("/readyz")
-                    .body(Vec::new())
-                    .map_err(|e| e.to_string())?;
-                match client.request_text(req).await {
-                    Ok(body) if body.trim() == "ok" => Ok(Some(())),
-                    Ok(body) => Err(body),
-                    Err(e) => Err(e.to_string()),
-                }
+        crate::wait::until("kube-apiserver /readyz", timeout, || async {
+            self.check_alive().map_err(|e| format!("{e:#}"))?;
+            let req = http::Request::get("/readyz")
+                .body(Vec::new())
+                .map_err(|e| e.to_string())?;
+            match client.request_text(req).await {
+                Ok(body) if body.trim() == "ok" => Ok(Some(())),
+                Ok(body) => Err(body),
+                Err(e) => Err(e.to_string()),
             }
         })
         .await

@@ -80,16 +80,17 @@ impl ControllerProcess {
             metrics_addr: format!("127.0.0.1:{port}"),
         };
         let addr = me.metrics_addr.clone();
-        crate::wait::until(&format!("{name} {path}"), Duration::from_secs(30), || {
-            let addr = addr.clone();
-            async move {
+        crate::wait::until(
+            &format!("{name} {path}"),
+            Duration::from_secs(30),
+            || async {
                 match http_get(&addr, path).await {
                     Ok((200, _)) => Ok(Some(())),
                     Ok((code, body)) => Err(format!("{code} {body}")),
                     Err(e) => Err(e.to_string()),
                 }
-            }
-        })
+            },
+        )
         .await
         .map_err(|e| e.context(format!("{name} log:\n{}", cp.log_tail(name, 20))))?;
         Ok(me)

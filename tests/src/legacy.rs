@@ -382,12 +382,9 @@ pub async fn migrate_plan(cp: &crate::ControlPlane, args: &[&str]) -> (i32, Stri
     let all = crate::wait::until(
         "the marker in the audit log",
         Duration::from_secs(10),
-        || {
-            let marker = marker.clone();
-            async move {
-                let w = cp.audit_writes_since(offset).map_err(|e| e.to_string())?;
-                Ok(w.iter().any(|w| w.name == marker).then_some(w))
-            }
+        || async {
+            let w = cp.audit_writes_since(offset).map_err(|e| e.to_string())?;
+            Ok(w.iter().any(|w| w.name == marker).then_some(w))
         },
     )
     .await

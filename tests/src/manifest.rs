@@ -118,18 +118,15 @@ pub async fn wait_crd_established(client: &Client, name: &str) -> anyhow::Result
     crate::wait::until(
         &format!("CRD {name} established"),
         Duration::from_secs(30),
-        || {
-            let api = api.clone();
-            async move {
-                let crd = api.get(name).await.map_err(|e| e.to_string())?;
-                let ok = crd
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                Ok(ok.then_some(()))
-            }
+        || async {
+            let crd = api.get(name).await.map_err(|e| e.to_string())?;
+            let ok = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            Ok(ok.then_some(()))
         },
     )
     .await
@@ -146,16 +143,13 @@ pub async fn delete_crd(client: &Client, name: &str) -> anyhow::Result<()> {
     crate::wait::until(
         &format!("CRD {name} deleted"),
         Duration::from_secs(60),
-        || {
-            let api = api.clone();
-            async move {
-                Ok(api
-                    .get_opt(name)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .is_none()
-                    .then_some(()))
-            }
+        || async {
+            Ok(api
+                .get_opt(name)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_none()
+                .then_some(()))
         },
     )
     .await

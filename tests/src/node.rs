@@ -497,28 +497,25 @@ exit 1
     /// Waits until the node reports Ready.
     pub async fn wait_node_ready(&self, timeout: Duration) -> anyhow::Result<()> {
         let nodes: Api<Node> = Api::all(self.cp.admin().await?);
-        crate::wait::until("the node Ready", timeout, || {
-            let nodes = nodes.clone();
-            async move {
-                let Some(n) = nodes.get_opt(NODE_NAME).await.map_err(|e| e.to_string())? else {
-                    return Err(format!(
-                        "node not registered; kubelet.log:\n{}",
-                        self.cp.log_tail("kubelet", 15)
-                    ));
-                };
-                let ready = n
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .find(|c| c.type_ == "Ready");
-                match ready {
-                    Some(c) if c.status == "True" => Ok(Some(())),
-                    other => Err(format!(
-                        "node Ready condition {other:?}; kubelet.log:\n{}",
-                        self.cp.log_tail("kubelet", 15)
-                    )),
-                }
+        crate::wait::until("the node Ready", timeout, || async {
+            let Some(n) = nodes.get_opt(NODE_NAME).await.map_err(|e| e.to_string())? else {
+                return Err(format!(
+                    "node not registered; kubelet.log:\n{}",
+                    self.cp.log_tail("kubelet", 15)
+                ));
+            };
+            let ready = n
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "Ready");
+            match ready {
+                Some(c) if c.status == "True" => Ok(Some(())),
+                other => Err(format!(
+                    "node Ready condition {other:?}; kubelet.log:\n{}",
+                    self.cp.log_tail("kubelet", 15)
+                )),
             }
         })
         .await
@@ -618,16 +615,13 @@ impl Cluster {
             crate::wait::until(
                 &format!("ServiceAccount default and ConfigMap kube-root-ca.crt in {ns}"),
                 Duration::from_secs(30),
-                || {
-                    let (sas, cms) = (sas.clone(), cms.clone());
-                    async move {
-                        let sa = sas.get_opt("default").await.map_err(|e| e.to_string())?;
-                        let cm = cms
-                            .get_opt("kube-root-ca.crt")
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        Ok((sa.is_some() && cm.is_some()).then_some(()))
-                    }
+                || async {
+                    let sa = sas.get_opt("default").await.map_err(|e| e.to_string())?;
+                    let cm = cms
+                        .get_opt("kube-root-ca.crt")
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok((sa.is_some() && cm.is_some()).then_some(()))
                 },
             )
             .await?;
@@ -738,18 +732,15 @@ impl Cluster {
         crate::wait::until(
             "the SRE's change of maxFileDescriptorCount admitted",
             Duration::from_secs(30),
-            || {
-                let (api, patch) = (api.clone(), patch.clone());
-                async move {
-                    api.patch(
-                        cr,
-                        &kube::api::PatchParams::default(),
-                        &kube::api::Patch::Merge(&patch),
-                    )
-                    .await
-                    .map(|_| Some(()))
-                    .map_err(|e| e.to_string())
-                }
+            || async {
+                api.patch(
+                    cr,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .map(|_| Some(()))
+                .map_err(|e| e.to_string())
             },
         )
         .await
@@ -786,20 +777,17 @@ impl Cluster {
         crate::wait::until(
             &format!("Deployment {ns}/{name} with {replicas} available"),
             Duration::from_secs(180),
-            || {
-                let api = api.clone();
-                async move {
-                    let d = api.get(name).await.map_err(|e| e.to_string())?;
-                    let generation = d.metadata.generation.unwrap_or(0);
-                    let st = d.status.unwrap_or_default();
-                    if st.observed_generation.unwrap_or(0) >= generation
-                        && st.available_replicas.unwrap_or(0) >= replicas
-                        && st.updated_replicas.unwrap_or(0) >= replicas
-                    {
-                        Ok(Some(()))
-                    } else {
-                        Err(format!("status {st:?}; pods:\n{}", self.pods_summary(ns)))
-                    }
+            || async {
+                let d = api.get(name).await.map_err(|e| e.to_string())?;
+                let generation = d.metadata.generation.unwrap_or(0);
+                let st = d.status.unwrap_or_default();
+                if st.observed_generation.unwrap_or(0) >= generation
+                    && st.available_replicas.unwrap_or(0) >= replicas
+                    && st.updated_replicas.unwrap_or(0) >= replicas
+                {
+                    Ok(Some(()))
+                } else {
+                    Err(format!("status {st:?}; pods:\n{}", self.pods_summary(ns)))
                 }
             },
         )
@@ -843,20 +831,17 @@ impl Cluster {
         crate::wait::until(
             &format!("{pod}/{container} restarted after SIGKILL"),
             Duration::from_secs(60),
-            || {
-                let (pods, id) = (pods.clone(), id.clone());
-                async move {
-                    let p = pods.get(pod).await.map_err(|e| e.to_string())?;
-                    let st = status(&p).ok_or("no status")?;
-                    let running = st.state.as_ref().is_some_and(|s| s.running.is_some());
-                    Ok((running
-                        && st.restart_count > 0
-                        && st
-                            .container_id
-                            .as_deref()
-                            .is_some_and(|c| !c.ends_with(&id)))
-                    .then_some(st.restart_count))
-                }
+            || async {
+                let p = pods.get(pod).await.map_err(|e| e.to_string())?;
+                let st = status(&p).ok_or("no status")?;
+                let running = st.state.as_ref().is_some_and(|s| s.running.is_some());
+                Ok((running
+                    && st.restart_count > 0
+                    && st
+                        .container_id
+                        .as_deref()
+                        .is_some_and(|c| !c.ends_with(&id)))
+                .then_some(st.restart_count))
             },
         )
         .await

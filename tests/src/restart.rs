@@ -26,31 +26,28 @@ pub async fn mappings(admin: &Client) -> MappingSnapshot {
 pub async fn assert_mappings_published(admin: &Client, expected: &MappingSnapshot) {
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), cp_api::names::KYMA_SYSTEM);
     let what = "every ServiceMapping in the published ConfigMap";
-    crate::wait::until(what, Duration::from_secs(30), || {
-        let cms = cms.clone();
-        async move {
-            let cm = cms
-                .get(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS)
-                .await
-                .map_err(|e| e.to_string())?;
-            let data = cm
-                .data
-                .and_then(|d| {
-                    d.get(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS_KEY)
-                        .cloned()
-                })
-                .unwrap_or_default();
-            let missing: Vec<String> = expected
-                .values()
-                .filter_map(|(_, spec)| spec["serviceId"].as_str())
-                .filter(|id| !data.contains(&format!("\"{id}\"")))
-                .map(str::to_string)
-                .collect();
-            if missing.is_empty() {
-                Ok(Some(()))
-            } else {
-                Err(format!("missing {missing:?}"))
-            }
+    crate::wait::until(what, Duration::from_secs(30), || async {
+        let cm = cms
+            .get(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS)
+            .await
+            .map_err(|e| e.to_string())?;
+        let data = cm
+            .data
+            .and_then(|d| {
+                d.get(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS_KEY)
+                    .cloned()
+            })
+            .unwrap_or_default();
+        let missing: Vec<String> = expected
+            .values()
+            .filter_map(|(_, spec)| spec["serviceId"].as_str())
+            .filter(|id| !data.contains(&format!("\"{id}\"")))
+            .map(str::to_string)
+            .collect();
+        if missing.is_empty() {
+            Ok(Some(()))
+        } else {
+            Err(format!("missing {missing:?}"))
         }
     })
     .await
@@ -66,17 +63,14 @@ pub async fn wait_duplicate_refused(admin: &Client, name: &str) {
     crate::wait::until(
         &format!("the webhook refuses a duplicate of {name}"),
         Duration::from_secs(30),
-        || {
-            let (api, probe) = (api.clone(), probe.clone());
-            async move {
-                let pp = PostParams {
-                    dry_run: true,
-                    ..Default::default()
-                };
-                match api.create(&pp, &probe).await {
-                    Err(kube::Error::Api(s)) if s.message.contains("already maps") => Ok(Some(())),
-                    other => Err(format!("{other:?}")),
-                }
+        || async {
+            let pp = PostParams {
+                dry_run: true,
+                ..Default::default()
+            };
+            match api.create(&pp, &probe).await {
+                Err(kube::Error::Api(s)) if s.message.contains("already maps") => Ok(Some(())),
+                other => Err(format!("{other:?}")),
             }
         },
     )

@@ -147,23 +147,20 @@ async fn clean(admin: &Client) {
     crate::wait::until(
         "no ConnectivityProxy and no ServiceMapping left",
         Duration::from_secs(30),
-        || {
-            let (all, maps) = (all.clone(), maps.clone());
-            async move {
-                let n = all
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .items
-                    .len();
-                let m = maps
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .items
-                    .len();
-                Ok((n == 0 && m == 0).then_some(()))
-            }
+        || async {
+            let n = all
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len();
+            let m = maps
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len();
+            Ok((n == 0 && m == 0).then_some(()))
         },
     )
     .await
@@ -241,25 +238,22 @@ pub async fn wait_state(
     crate::wait::until(
         &format!("{ns}/{name} in state {state} ({reason:?})"),
         within,
-        || {
-            let api = api.clone();
-            async move {
-                let cr = api.get(name).await.map_err(|e| e.to_string())?;
-                let st = cr.status.clone().unwrap_or_default();
-                let reason_ok = reason.is_none_or(|r| st.conditions.iter().any(|c| c.reason == r));
-                if st.state == Some(state) && reason_ok {
-                    Ok(Some(cr))
-                } else {
-                    Err(format!(
-                        "status is {:?}: {:?}; conditions {:?}",
-                        st.state,
-                        st.description,
-                        st.conditions
-                            .iter()
-                            .map(|c| (&c.type_, &c.status, &c.reason))
-                            .collect::<Vec<_>>()
-                    ))
-                }
+        || async {
+            let cr = api.get(name).await.map_err(|e| e.to_string())?;
+            let st = cr.status.clone().unwrap_or_default();
+            let reason_ok = reason.is_none_or(|r| st.conditions.iter().any(|c| c.reason == r));
+            if st.state == Some(state) && reason_ok {
+                Ok(Some(cr))
+            } else {
+                Err(format!(
+                    "status is {:?}: {:?}; conditions {:?}",
+                    st.state,
+                    st.description,
+                    st.conditions
+                        .iter()
+                        .map(|c| (&c.type_, &c.status, &c.reason))
+                        .collect::<Vec<_>>()
+                ))
             }
         },
     )
@@ -383,23 +377,20 @@ pub async fn wait_info_port(
 ) {
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
     let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), ns);
-    crate::wait::until(what, within, || {
-        let (cms, crs) = (cms.clone(), crs.clone());
-        async move {
-            let got = info_http_port(&cms).await?;
-            if got == port.to_string() {
-                return Ok(Some(()));
-            }
-            let c = crs.get(cr).await.map_err(|e| e.to_string())?;
-            let spec_port = serde_json::to_value(&c.spec).unwrap_or_default()["config"]["servers"]
-                ["proxy"]["http"]["port"]
-                .clone();
-            Err(format!(
-                "onpremise_proxy_http_port is {got:?}; the CR (generation {:?}, observed {:?}) has port {spec_port}",
-                c.metadata.generation,
-                c.status.and_then(|s| s.observed_generation)
-            ))
+    crate::wait::until(what, within, || async {
+        let got = info_http_port(&cms).await?;
+        if got == port.to_string() {
+            return Ok(Some(()));
         }
+        let c = crs.get(cr).await.map_err(|e| e.to_string())?;
+        let spec_port = serde_json::to_value(&c.spec).unwrap_or_default()["config"]["servers"]
+            ["proxy"]["http"]["port"]
+            .clone();
+        Err(format!(
+            "onpremise_proxy_http_port is {got:?}; the CR (generation {:?}, observed {:?}) has port {spec_port}",
+            c.metadata.generation,
+            c.status.and_then(|s| s.observed_generation)
+        ))
     })
     .await
     .expect(what);

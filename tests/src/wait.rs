@@ -41,12 +41,9 @@ pub async fn admitted(
         dry_run: true,
         ..Default::default()
     };
-    until(what, Duration::from_secs(30), || {
-        let (api, obj, pp) = (api.clone(), obj.clone(), pp.clone());
-        async move {
-            let created = api.create(&pp, &obj).await.map_err(|e| e.to_string())?;
-            Ok(created.data["spec"].get("deployment").map(|_| ()))
-        }
+    until(what, Duration::from_secs(30), || async {
+        let created = api.create(&pp, &obj).await.map_err(|e| e.to_string())?;
+        Ok(created.data["spec"].get("deployment").map(|_| ()))
     })
     .await
 }

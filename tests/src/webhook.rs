@@ -152,16 +152,17 @@ impl Webhook {
             key_file,
         };
         let addr = wh.metrics_addr.clone();
-        crate::wait::until(&format!("{name} /readyz"), Duration::from_secs(30), || {
-            let addr = addr.clone();
-            async move {
+        crate::wait::until(
+            &format!("{name} /readyz"),
+            Duration::from_secs(30),
+            || async {
                 match http_get(&addr, "/readyz").await {
                     Ok((200, _)) => Ok(Some(())),
                     Ok((code, body)) => Err(format!("{code} {body}")),
                     Err(e) => Err(e.to_string()),
                 }
-            }
-        })
+            },
+        )
         .await
         .map_err(|e| e.context(format!("{name} log:\n{}", cp.log_tail(name, 20))))?;
         Ok(wh)

@@ -98,14 +98,11 @@ async fn run() -> anyhow::Result<()> {
     cp_tests::wait::until(
         "the default CR admitted through the webhook",
         Duration::from_secs(60),
-        || {
-            let (c, cr_path) = (c.clone(), cr_path.clone());
-            async move {
-                manifest::apply_file(&c, &cr_path, Some(names::KYMA_SYSTEM))
-                    .await
-                    .map(|_| Some(()))
-                    .map_err(|e| format!("{e:#}"))
-            }
+        || async {
+            manifest::apply_file(&c, &cr_path, Some(names::KYMA_SYSTEM))
+                .await
+                .map(|_| Some(()))
+                .map_err(|e| format!("{e:#}"))
         },
     )
     .await?;

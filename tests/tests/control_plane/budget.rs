@@ -61,13 +61,10 @@ async fn a_mapping_beyond_the_configmap_budget_is_refused_at_admission() {
     let message = cp_tests::wait::until(
         "one more mapping refused for the budget",
         Duration::from_secs(30),
-        || {
-            let (api, over, dry) = (api.clone(), over.clone(), dry.clone());
-            async move {
-                match api.create(&dry, &over).await {
-                    Err(kube::Error::Api(e)) if e.code == 403 => Ok(Some(e.message)),
-                    other => Err(format!("{other:?}")),
-                }
+        || async {
+            match api.create(&dry, &over).await {
+                Err(kube::Error::Api(e)) if e.code == 403 => Ok(Some(e.message)),
+                other => Err(format!("{other:?}")),
             }
         },
     )
@@ -87,15 +84,16 @@ async fn a_mapping_beyond_the_configmap_budget_is_refused_at_admission() {
     api.delete("budget-0000", &DeleteParams::default())
         .await
         .expect("delete one");
-    cp_tests::wait::until("room again after a delete", Duration::from_secs(30), || {
-        let (api, over, dry) = (api.clone(), over.clone(), dry.clone());
-        async move {
+    cp_tests::wait::until(
+        "room again after a delete",
+        Duration::from_secs(30),
+        || async {
             api.create(&dry, &over)
                 .await
                 .map(|_| Some(()))
                 .map_err(|e| e.to_string())
-        }
-    })
+        },
+    )
     .await
     .expect("admitted after a delete");
     api.delete_collection(&DeleteParams::default(), &ListParams::default())

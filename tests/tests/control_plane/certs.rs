@@ -202,17 +202,14 @@ async fn webhook_certificate_and_ca_rotate_without_a_failed_admission_request() 
         .await
         .expect("delete");
     let all: Api<ConnectivityProxy> = Api::all(admin.clone());
-    cp_tests::wait::until("no CR left", Duration::from_secs(20), || {
-        let all = all.clone();
-        async move {
-            Ok(all
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .is_empty()
-                .then_some(()))
-        }
+    cp_tests::wait::until("no CR left", Duration::from_secs(20), || async {
+        Ok(all
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .is_empty()
+            .then_some(()))
     })
     .await
     .expect("clean");
@@ -259,15 +256,12 @@ async fn built_in_tunnel_certificate_is_renewed_again_and_again() {
     let host = format!("cp.{DOMAIN}");
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), "istio-system");
     let name = names::tls_secret_name("connectivity-proxy", "kyma-system");
-    cp_tests::wait::until("the tunnel TLS Secret", Duration::from_secs(20), || {
-        let (secrets, name) = (secrets.clone(), name.clone());
-        async move {
-            Ok(secrets
-                .get_opt(&name)
-                .await
-                .map_err(|e| e.to_string())?
-                .map(|_| ()))
-        }
+    cp_tests::wait::until("the tunnel TLS Secret", Duration::from_secs(20), || async {
+        Ok(secrets
+            .get_opt(&name)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(|_| ()))
     })
     .await
     .expect("tunnel secret");
@@ -399,15 +393,9 @@ async fn a_hand_added_previous_ca_never_reaches_the_ca_bundle() {
     cp_tests::wait::until(
         "the controller's CA bundle in every webhook",
         Duration::from_secs(20),
-        || {
-            let admin = admin.clone();
-            async move {
-                let b = ca_bundles(&admin).await;
-                Ok(
-                    (b.len() >= 2 && b.iter().all(|b| b.contains("BEGIN CERTIFICATE")))
-                        .then_some(()),
-                )
-            }
+        || async {
+            let b = ca_bundles(&admin).await;
+            Ok((b.len() >= 2 && b.iter().all(|b| b.contains("BEGIN CERTIFICATE"))).then_some(()))
         },
     )
     .await

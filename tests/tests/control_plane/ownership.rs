@@ -68,15 +68,16 @@ async fn only_objects_with_the_ownership_proof_are_written_pruned_or_deleted() {
     let _controller = ControllerProcess::start(&cp, "cp-controller", &["--resync-seconds=3"])
         .await
         .expect("controller");
-    let key = cp_tests::wait::until("the ownership key Secret", Duration::from_secs(20), || {
-        let secrets = secrets.clone();
-        async move {
+    let key = cp_tests::wait::until(
+        "the ownership key Secret",
+        Duration::from_secs(20),
+        || async {
             secrets
                 .get_opt(names::OWNERSHIP_KEY_SECRET)
                 .await
                 .map_err(|e| e.to_string())
-        }
-    })
+        },
+    )
     .await
     .expect("key");
     assert_eq!(
@@ -105,15 +106,12 @@ async fn only_objects_with_the_ownership_proof_are_written_pruned_or_deleted() {
     cp_tests::wait::until(
         "the adoption window closed",
         Duration::from_secs(20),
-        || {
-            let secrets = secrets.clone();
-            async move {
-                let key = secrets
-                    .get(names::OWNERSHIP_KEY_SECRET)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok((!key.annotations().contains_key(ADOPTING_ANNOTATION)).then_some(()))
-            }
+        || async {
+            let key = secrets
+                .get(names::OWNERSHIP_KEY_SECRET)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok((!key.annotations().contains_key(ADOPTING_ANNOTATION)).then_some(()))
         },
     )
     .await

@@ -253,14 +253,11 @@ async fn images_run_the_module_against_the_api_server() {
     cp_tests::wait::until(
         "the default CR admitted through the webhook image",
         Duration::from_secs(60),
-        || {
-            let (admin, cr_path) = (admin.clone(), cr_path.clone());
-            async move {
-                manifest::apply_file(&admin, &cr_path, Some(names::KYMA_SYSTEM))
-                    .await
-                    .map(|_| Some(()))
-                    .map_err(|e| format!("{e:#}"))
-            }
+        || async {
+            manifest::apply_file(&admin, &cr_path, Some(names::KYMA_SYSTEM))
+                .await
+                .map(|_| Some(()))
+                .map_err(|e| format!("{e:#}"))
         },
     )
     .await

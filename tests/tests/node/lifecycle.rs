@@ -478,20 +478,17 @@ async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module
     cp_tests::wait::until(
         "the proxy's pods on the new default image",
         Duration::from_secs(120),
-        || {
-            let pods = pods.clone();
-            async move {
-                let got = pod_images(&pods, "app=connectivity-proxy")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if got.iter().any(|(c, i)| {
-                    c == "connectivity-proxy" && *i == format!("{LOCAL}/connectivity-proxy:2.11.1")
-                }) && got.len() == 2
-                {
-                    Ok(Some(()))
-                } else {
-                    Err(format!("{got:?}"))
-                }
+        || async {
+            let got = pod_images(&pods, "app=connectivity-proxy")
+                .await
+                .map_err(|e| e.to_string())?;
+            if got.iter().any(|(c, i)| {
+                c == "connectivity-proxy" && *i == format!("{LOCAL}/connectivity-proxy:2.11.1")
+            }) && got.len() == 2
+            {
+                Ok(Some(()))
+            } else {
+                Err(format!("{got:?}"))
             }
         },
     )

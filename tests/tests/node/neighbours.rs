@@ -164,28 +164,25 @@ pub(crate) async fn neighbours_mutate_the_proxy_pods(cluster: &Cluster) -> anyho
     let proxies: Vec<Pod> = cp_tests::wait::until(
         "the proxy's pods created again through the neighbours and ready",
         Duration::from_secs(180),
-        || {
-            let (admin, old) = (admin.clone(), old.clone());
-            async move {
-                let ready = cp_tests::node::ready_pods(&admin, PROXY_PODS)
-                    .await
-                    .map_err(|e| format!("{e:#}"))?;
-                let new: Vec<Pod> = ready
-                    .into_iter()
-                    .filter(|p| p.metadata.uid.as_ref().is_some_and(|u| !old.contains(u)))
-                    .collect();
-                if new.len() < replicas {
-                    return Err(format!(
-                        "{} of {replicas} new pods ready\n{}",
-                        new.len(),
-                        cluster.pods_summary(names::KYMA_SYSTEM)
-                    ));
-                }
-                for p in &new {
-                    mutated(p)?;
-                }
-                Ok(Some(new))
+        || async {
+            let ready = cp_tests::node::ready_pods(&admin, PROXY_PODS)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            let new: Vec<Pod> = ready
+                .into_iter()
+                .filter(|p| p.metadata.uid.as_ref().is_some_and(|u| !old.contains(u)))
+                .collect();
+            if new.len() < replicas {
+                return Err(format!(
+                    "{} of {replicas} new pods ready\n{}",
+                    new.len(),
+                    cluster.pods_summary(names::KYMA_SYSTEM)
+                ));
             }
+            for p in &new {
+                mutated(p)?;
+            }
+            Ok(Some(new))
         },
     )
     .await?;

@@ -29,27 +29,24 @@ pub(crate) async fn wait_cr_ready(
 ) -> anyhow::Result<ConnectivityProxy> {
     let api: Api<ConnectivityProxy> =
         Api::namespaced(cluster.cp.admin().await?, names::KYMA_SYSTEM);
-    cp_tests::wait::until(&format!("CR {CR} Ready"), timeout, || {
-        let api = api.clone();
-        async move {
-            let c = api.get(CR).await.map_err(|e| e.to_string())?;
-            let st = c.status.clone().unwrap_or_default();
-            let current = st.observed_generation == c.metadata.generation;
-            if st.state == Some(State::Ready) && current {
-                return Ok(Some(c));
-            }
-            let reasons: Vec<String> = st
-                .conditions
-                .iter()
-                .map(|c| format!("{}: {}", c.reason, c.message))
-                .collect();
-            Err(format!(
-                "{:?} (observed generation current: {current}) {:?} {reasons:?}\n{}",
-                st.state,
-                st.description,
-                cluster.pods_summary(names::KYMA_SYSTEM)
-            ))
+    cp_tests::wait::until(&format!("CR {CR} Ready"), timeout, || async {
+        let c = api.get(CR).await.map_err(|e| e.to_string())?;
+        let st = c.status.clone().unwrap_or_default();
+        let current = st.observed_generation == c.metadata.generation;
+        if st.state == Some(State::Ready) && current {
+            return Ok(Some(c));
         }
+        let reasons: Vec<String> = st
+            .conditions
+            .iter()
+            .map(|c| format!("{}: {}", c.reason, c.message))
+            .collect();
+        Err(format!(
+            "{:?} (observed generation current: {current}) {:?} {reasons:?}\n{}",
+            st.state,
+            st.description,
+            cluster.pods_summary(names::KYMA_SYSTEM)
+        ))
     })
     .await
 }
@@ -153,30 +150,27 @@ async fn install(cluster: &Cluster) -> anyhow::Result<()> {
     let failed_init = cp_tests::wait::until(
         "the proxy's init container failing at ulimit -n 64000",
         Duration::from_secs(120),
-        || {
-            let pods = pods.clone();
-            async move {
-                let Some(p) = pods
-                    .get_opt("connectivity-proxy-0")
-                    .await
-                    .map_err(|e| e.to_string())?
-                else {
-                    return Err("no proxy pod yet".into());
-                };
-                let st = p.status.unwrap_or_default();
-                let init = st.init_container_statuses.unwrap_or_default();
-                let failed = init.iter().find(|c| {
-                    c.last_state
+        || async {
+            let Some(p) = pods
+                .get_opt("connectivity-proxy-0")
+                .await
+                .map_err(|e| e.to_string())?
+            else {
+                return Err("no proxy pod yet".into());
+            };
+            let st = p.status.unwrap_or_default();
+            let init = st.init_container_statuses.unwrap_or_default();
+            let failed = init.iter().find(|c| {
+                c.last_state
+                    .as_ref()
+                    .and_then(|s| s.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code != 0)
+                    || c.state
                         .as_ref()
                         .and_then(|s| s.terminated.as_ref())
                         .is_some_and(|t| t.exit_code != 0)
-                        || c.state
-                            .as_ref()
-                            .and_then(|s| s.terminated.as_ref())
-                            .is_some_and(|t| t.exit_code != 0)
-                });
-                Ok(failed.map(|c| c.name.clone()))
-            }
+            });
+            Ok(failed.map(|c| c.name.clone()))
         },
     )
     .await?;
@@ -186,24 +180,21 @@ async fn install(cluster: &Cluster) -> anyhow::Result<()> {
     let warning = cp_tests::wait::until(
         "the CR in Warning ProxyPodFailing",
         Duration::from_secs(60),
-        || {
-            let cr = cr.clone();
-            async move {
-                let st = cr
-                    .get(CR)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .status
-                    .unwrap_or_default();
-                let failing = st
-                    .conditions
-                    .iter()
-                    .find(|c| c.reason == "ProxyPodFailing")
-                    .cloned();
-                match (st.state, failing) {
-                    (Some(State::Warning), Some(c)) => Ok(Some(c.message)),
-                    (state, _) => Err(format!("{state:?} {:?}", st.description)),
-                }
+        || async {
+            let st = cr
+                .get(CR)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let failing = st
+                .conditions
+                .iter()
+                .find(|c| c.reason == "ProxyPodFailing")
+                .cloned();
+            match (st.state, failing) {
+                (Some(State::Warning), Some(c)) => Ok(Some(c.message)),
+                (state, _) => Err(format!("{state:?} {:?}", st.description)),
             }
         },
     )
@@ -350,15 +341,12 @@ async fn prometheus_scrapes_the_operator(cluster: &Cluster) -> anyhow::Result<()
     cp_tests::wait::until(
         "every operator pod scraped successfully",
         Duration::from_secs(30),
-        || {
-            let prom = prom.clone();
-            async move {
-                let t = prom.targets().await.map_err(|e| e.to_string())?;
-                if t.len() == 3 && t.iter().all(|(_, health, _)| health == "up") {
-                    Ok(Some(()))
-                } else {
-                    Err(format!("{t:?}"))
-                }
+        || async {
+            let t = prom.targets().await.map_err(|e| e.to_string())?;
+            if t.len() == 3 && t.iter().all(|(_, health, _)| health == "up") {
+                Ok(Some(()))
+            } else {
+                Err(format!("{t:?}"))
             }
         },
     )
@@ -370,15 +358,12 @@ async fn prometheus_scrapes_the_operator(cluster: &Cluster) -> anyhow::Result<()
     for (title, expr) in queries {
         let prom = prom.clone();
         let what = format!("panel {title:?}: {expr} returns series");
-        cp_tests::wait::until(&what, Duration::from_secs(20), || {
-            let (prom, expr) = (prom.clone(), expr.clone());
-            async move {
-                let series = prom.query(&expr, None).await.map_err(|e| e.to_string())?;
-                if series.is_empty() {
-                    Err("no series".to_string())
-                } else {
-                    Ok(Some(series.len()))
-                }
+        cp_tests::wait::until(&what, Duration::from_secs(20), || async {
+            let series = prom.query(&expr, None).await.map_err(|e| e.to_string())?;
+            if series.is_empty() {
+                Err("no series".to_string())
+            } else {
+                Ok(Some(series.len()))
             }
         })
         .await?;
@@ -882,25 +867,21 @@ async fn edit_reaches_the_proxy(cluster: &Cluster, port: i64) -> anyhow::Result<
     cp_tests::wait::until(
         &format!("the proxy pod listening on {port}"),
         Duration::from_secs(180),
-        || {
-            let (sts, pods) = (sts.clone(), pods.clone());
-            async move {
-                let s = sts
-                    .get(names::STATEFULSET)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let st = s.status.unwrap_or_default();
-                if st.update_revision != st.current_revision || st.ready_replicas.unwrap_or(0) < 1 {
-                    return Err(format!("rolling: {st:?}"));
-                }
-                let p = pods
-                    .get("connectivity-proxy-0")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let config =
-                    standin_config(cluster, &pod_name(&p)).map_err(|e| format!("{e:#}"))?;
-                Ok((config["servers"]["proxy"]["http"]["port"] == port).then_some(()))
+        || async {
+            let s = sts
+                .get(names::STATEFULSET)
+                .await
+                .map_err(|e| e.to_string())?;
+            let st = s.status.unwrap_or_default();
+            if st.update_revision != st.current_revision || st.ready_replicas.unwrap_or(0) < 1 {
+                return Err(format!("rolling: {st:?}"));
             }
+            let p = pods
+                .get("connectivity-proxy-0")
+                .await
+                .map_err(|e| e.to_string())?;
+            let config = standin_config(cluster, &pod_name(&p)).map_err(|e| format!("{e:#}"))?;
+            Ok((config["servers"]["proxy"]["http"]["port"] == port).then_some(()))
         },
     )
     .await
@@ -928,27 +909,24 @@ async fn controller_pod_replaced(cluster: &Cluster) -> anyhow::Result<()> {
     cp_tests::wait::until(
         "the new pod holding the Lease",
         Duration::from_secs(60),
-        || {
-            let (leases, new_name) = (leases.clone(), new_name.clone());
-            async move {
-                let list = leases
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let holders: Vec<String> = list
-                    .items
-                    .iter()
-                    .filter_map(|l| l.spec.as_ref()?.holder_identity.clone())
-                    .collect();
-                Ok(holders
-                    .iter()
-                    .any(|h| h.contains(&new_name))
-                    .then_some(())
-                    .or_else(|| {
-                        tracing::info!(?holders, "not yet");
-                        None
-                    }))
-            }
+        || async {
+            let list = leases
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let holders: Vec<String> = list
+                .items
+                .iter()
+                .filter_map(|l| l.spec.as_ref()?.holder_identity.clone())
+                .collect();
+            Ok(holders
+                .iter()
+                .any(|h| h.contains(&new_name))
+                .then_some(())
+                .or_else(|| {
+                    tracing::info!(?holders, "not yet");
+                    None
+                }))
         },
     )
     .await?;
@@ -1079,16 +1057,13 @@ async fn uninstall(
     let admin = cluster.cp.admin().await?;
     let cr: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
     cr.delete(CR, &DeleteParams::default()).await?;
-    cp_tests::wait::until("the CR gone", Duration::from_secs(120), || {
-        let cr = cr.clone();
-        async move {
-            Ok(cr
-                .get_opt(CR)
-                .await
-                .map_err(|e| e.to_string())?
-                .is_none()
-                .then_some(()))
-        }
+    cp_tests::wait::until("the CR gone", Duration::from_secs(120), || async {
+        Ok(cr
+            .get_opt(CR)
+            .await
+            .map_err(|e| e.to_string())?
+            .is_none()
+            .then_some(()))
     })
     .await?;
     let bundle = cp_tests::workspace_root().join("manifests/connectivity-proxy-operator.yaml");

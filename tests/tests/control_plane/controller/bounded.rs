@@ -100,16 +100,13 @@ async fn cycling_secret_names_leaves_no_watch_and_no_connection_behind() {
             cp_tests::wait::until(
                 &format!("the CR reconciled with Secret {name}"),
                 Duration::from_secs(20),
-                || {
-                    let (api, name) = (api.clone(), name.clone());
-                    async move {
-                        let cr = api
-                            .get("connectivity-proxy")
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        let d = cr.status.and_then(|s| s.description).unwrap_or_default();
-                        Ok(d.contains(&format!("Secret {NS}/{name},")).then_some(()))
-                    }
+                || async {
+                    let cr = api
+                        .get("connectivity-proxy")
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let d = cr.status.and_then(|s| s.description).unwrap_or_default();
+                    Ok(d.contains(&format!("Secret {NS}/{name},")).then_some(()))
                 },
             )
             .await

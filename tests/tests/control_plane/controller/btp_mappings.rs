@@ -90,33 +90,30 @@ async fn a_thousand_service_mappings_are_aggregated_and_get_endpoints() {
     cp_tests::wait::until(
         "every mapping has its endpoint and the takeover label",
         Duration::from_secs(90),
-        || {
-            let api = api.clone();
-            async move {
-                let list = api
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let missing = list
-                    .items
-                    .iter()
-                    .filter(|m| {
-                        m.status
+        || async {
+            let list = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let missing = list
+                .items
+                .iter()
+                .filter(|m| {
+                    m.status
+                        .as_ref()
+                        .and_then(|s| s.endpoint.as_deref())
+                        .is_none()
+                        || m.metadata
+                            .labels
                             .as_ref()
-                            .and_then(|s| s.endpoint.as_deref())
+                            .and_then(|l| l.get("kyma-project.io/module"))
                             .is_none()
-                            || m.metadata
-                                .labels
-                                .as_ref()
-                                .and_then(|l| l.get("kyma-project.io/module"))
-                                .is_none()
-                    })
-                    .count();
-                if missing == 0 {
-                    Ok(Some(list))
-                } else {
-                    Err(format!("{missing} mappings without endpoint or label"))
-                }
+                })
+                .count();
+            if missing == 0 {
+                Ok(Some(list))
+            } else {
+                Err(format!("{missing} mappings without endpoint or label"))
             }
         },
     )

@@ -34,15 +34,12 @@ async fn published(admin: &Client) -> Result<Vec<String>, String> {
 /// Waits until the mappings ConfigMap publishes exactly `names` (sorted).
 async fn wait_published(admin: &Client, names: &[&str], what: &str) {
     let want: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    cp_tests::wait::until(what, Duration::from_secs(20), || {
-        let want = want.clone();
-        async move {
-            let got = published(admin).await?;
-            if got == want {
-                Ok(Some(()))
-            } else {
-                Err(format!("published {got:?}"))
-            }
+    cp_tests::wait::until(what, Duration::from_secs(20), || async {
+        let got = published(admin).await?;
+        if got == want {
+            Ok(Some(()))
+        } else {
+            Err(format!("published {got:?}"))
         }
     })
     .await
@@ -182,26 +179,22 @@ async fn wait_key_warning(admin: &Client, text: &[&str]) {
     cp_tests::wait::until(
         &format!("Warning ServiceKeyInvalid naming {text:?}"),
         Duration::from_secs(20),
-        || {
-            let api = api.clone();
-            async move {
-                let st = api
-                    .get("connectivity-proxy")
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .status
-                    .unwrap_or_default();
-                let d = st.description.clone().unwrap_or_default();
-                let reason = st
-                    .conditions
-                    .iter()
-                    .any(|c| c.reason == "ServiceKeyInvalid");
-                if st.state == Some(State::Warning) && reason && text.iter().all(|t| d.contains(t))
-                {
-                    Ok(Some(()))
-                } else {
-                    Err(format!("{:?}: {d}", st.state))
-                }
+        || async {
+            let st = api
+                .get("connectivity-proxy")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let d = st.description.clone().unwrap_or_default();
+            let reason = st
+                .conditions
+                .iter()
+                .any(|c| c.reason == "ServiceKeyInvalid");
+            if st.state == Some(State::Warning) && reason && text.iter().all(|t| d.contains(t)) {
+                Ok(Some(()))
+            } else {
+                Err(format!("{:?}: {d}", st.state))
             }
         },
     )

@@ -85,15 +85,10 @@ async fn a_stolen_controller_token_cannot_open_a_side_door_to_cluster_admin() {
     cp_tests::wait::until(
         "the writes policy in force",
         Duration::from_secs(20),
-        || {
-            let token = token.clone();
-            async move {
-                match create(&token, sa_token("planted-token")).await {
-                    Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => {
-                        Ok(Some(s.message))
-                    }
-                    other => Err(format!("{other:?}")),
-                }
+        || async {
+            match create(&token, sa_token("planted-token")).await {
+                Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => Ok(Some(s.message)),
+                other => Err(format!("{other:?}")),
             }
         },
     )

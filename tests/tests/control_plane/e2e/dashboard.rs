@@ -163,20 +163,17 @@ async fn kubectl_explain_lists_the_enum_values() {
         let text = cp_tests::wait::until(
             &format!("kubectl explain {field}"),
             std::time::Duration::from_secs(30),
-            || {
-                let (kubectl, kubeconfig) = (kubectl.clone(), kubeconfig.clone());
-                async move {
-                    let out = tokio::process::Command::new(&kubectl)
-                        .args(["explain", field])
-                        .env("KUBECONFIG", &kubeconfig)
-                        .output()
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    if out.status.success() {
-                        Ok(Some(String::from_utf8_lossy(&out.stdout).to_string()))
-                    } else {
-                        Err(String::from_utf8_lossy(&out.stderr).to_string())
-                    }
+            || async {
+                let out = tokio::process::Command::new(&kubectl)
+                    .args(["explain", field])
+                    .env("KUBECONFIG", &kubeconfig)
+                    .output()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if out.status.success() {
+                    Ok(Some(String::from_utf8_lossy(&out.stdout).to_string()))
+                } else {
+                    Err(String::from_utf8_lossy(&out.stderr).to_string())
                 }
             },
         )

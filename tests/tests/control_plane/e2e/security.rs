@@ -156,13 +156,10 @@ async fn the_controllers_own_writes_do_not_depend_on_its_webhook() {
     let result = cp_tests::wait::until(
         "the operator's create admitted without the webhook",
         Duration::from_secs(10),
-        || {
-            let (op, obj) = (op.clone(), obj.clone());
-            async move {
-                match op.create(&PostParams::default(), &obj).await {
-                    Ok(o) => Ok(Some(o)),
-                    Err(e) => Err(e.to_string()),
-                }
+        || async {
+            match op.create(&PostParams::default(), &obj).await {
+                Ok(o) => Ok(Some(o)),
+                Err(e) => Err(e.to_string()),
             }
         },
     )

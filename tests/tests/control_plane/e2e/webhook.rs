@@ -376,15 +376,12 @@ async fn wait_mapping_cached(client: &Client, service: &str) {
     cp_tests::wait::until(
         "the webhook cache to hold the mapping",
         std::time::Duration::from_secs(10),
-        || {
-            let (client, probe) = (client.clone(), probe.clone());
-            async move {
-                let obj: DynamicObject =
-                    serde_json::from_value(probe).map_err(|e| e.to_string())?;
-                match mappings(&client).create(&dry_run(), &obj).await {
-                    Err(kube::Error::Api(s)) if s.message.contains("already maps") => Ok(Some(())),
-                    other => Err(format!("{other:?}")),
-                }
+        || async {
+            let obj: DynamicObject =
+                serde_json::from_value(probe.clone()).map_err(|e| e.to_string())?;
+            match mappings(client).create(&dry_run(), &obj).await {
+                Err(kube::Error::Api(s)) if s.message.contains("already maps") => Ok(Some(())),
+                other => Err(format!("{other:?}")),
             }
         },
     )
@@ -503,16 +500,13 @@ async fn service_channels_cannot_be_disabled_while_mappings_exist() {
     cp_tests::wait::until(
         "service channels can be disabled",
         std::time::Duration::from_secs(10),
-        || {
-            let (api, off) = (api.clone(), off.clone());
-            async move {
-                match api
-                    .patch("ch", &PatchParams::default(), &Patch::Merge(&off))
-                    .await
-                {
-                    Ok(_) => Ok(Some(())),
-                    Err(e) => Err(e.to_string()),
-                }
+        || async {
+            match api
+                .patch("ch", &PatchParams::default(), &Patch::Merge(&off))
+                .await
+            {
+                Ok(_) => Ok(Some(())),
+                Err(e) => Err(e.to_string()),
             }
         },
     )
@@ -763,10 +757,11 @@ async fn privileged_identities_are_read_live_from_the_configmap() {
     // Each attempt edits spec.deployment to a new value: true when admitted, false when refused for it.
     let n = std::sync::atomic::AtomicI64::new(2);
     let wait_for = |admitted: bool, what: &'static str| {
-        let (api, n, edit) = (api.clone(), &n, &edit);
-        cp_tests::wait::until(what, std::time::Duration::from_secs(15), move || {
-            let api = api.clone();
-            async move {
+        let (api, n, edit) = (&api, &n, &edit);
+        cp_tests::wait::until(
+            what,
+            std::time::Duration::from_secs(15),
+            move || async move {
                 let v = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let outcome = match api
                     .patch("cp", &PatchParams::default(), &Patch::Merge(&edit(v)))
@@ -781,8 +776,8 @@ async fn privileged_identities_are_read_live_from_the_configmap() {
                 } else {
                     Err(format!("admitted: {outcome}"))
                 }
-            }
-        })
+            },
+        )
     };
     // Listed: her edit goes through within seconds, without a restart of the webhook.
     set("someone-else, carol").await;

@@ -596,14 +596,11 @@ async fn a_webhook_that_cannot_serve_the_current_certificate_is_not_ready() {
     let ready_is = |want: u16, what: &'static str, within: Duration| {
         let addr = addr.clone();
         async move {
-            cp_tests::wait::until(what, within, || {
-                let addr = addr.clone();
-                async move {
-                    match cp_tests::webhook::http_get(&addr, "/readyz").await {
-                        Ok((code, _)) if code == want => Ok(Some(())),
-                        Ok((code, body)) => Err(format!("{code} {body}")),
-                        Err(e) => Err(e.to_string()),
-                    }
+            cp_tests::wait::until(what, within, || async {
+                match cp_tests::webhook::http_get(&addr, "/readyz").await {
+                    Ok((code, _)) if code == want => Ok(Some(())),
+                    Ok((code, body)) => Err(format!("{code} {body}")),
+                    Err(e) => Err(e.to_string()),
                 }
             })
             .await
