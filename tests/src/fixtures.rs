@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use cp_api::ConnectivityProxy;
+use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use serde_json::Value;
 
@@ -109,7 +110,44 @@ pub fn default_connectivity_proxy(name: &str) -> ConnectivityProxy {
         .unwrap_or_else(|e| panic!("the default CR is not a ConnectivityProxy: {e}"))
 }
 
-pub use cp_api::testing::service_mapping;
+pub use cp_api::testing::{service_mapping, tcp_mapping};
+
+/// A ServiceMapping `name` with `spec` as JSON (apiVersion, kind, metadata.name, spec): for specs the
+/// typed [`service_mapping`] cannot hold (the invalid ones admission refuses) and for `DynamicObject`s.
+pub fn service_mapping_json(name: &str, spec: Value) -> Value {
+    serde_json::json!({"apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+        "metadata": {"name": name}, "spec": spec})
+}
+
+/// An Opaque Secret `name` (without a namespace: it takes the one it is created in) with
+/// `string_data` (a JSON object of strings).
+pub fn secret(name: &str, string_data: Value) -> Secret {
+    serde_json::from_value(secret_json(name, string_data))
+        .unwrap_or_else(|e| panic!("Secret {name}: {e}"))
+}
+
+/// [`secret`] as JSON.
+pub fn secret_json(name: &str, string_data: Value) -> Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+        "stringData": string_data})
+}
+
+/// A ConfigMap `name` (without a namespace) with `data` (a JSON object of strings), as JSON.
+pub fn config_map(name: &str, data: Value) -> Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data})
+}
+
+/// Gardener's ConfigMap `kube-system/shoot-info` naming the cluster's `domain` (none: without one), as
+/// JSON.
+pub fn shoot_info(domain: Option<&str>) -> Value {
+    let data = domain.map(|d| serde_json::json!({"domain": d}));
+    let mut cm = config_map(
+        cp_api::names::SHOOT_INFO,
+        data.unwrap_or(serde_json::json!({})),
+    );
+    cm["metadata"]["namespace"] = cp_api::names::SHOOT_INFO_NAMESPACE.into();
+    cm
+}
 
 /// Applies fixture files (server-side) and waits for any CRDs among them to be established.
 pub async fn apply(client: &Client, files: &[&str], namespace: Option<&str>) -> anyhow::Result<()> {

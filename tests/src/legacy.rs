@@ -54,8 +54,7 @@ pub async fn install(admin: &Client) -> anyhow::Result<()> {
     for ns in [NS, "istio-system"] {
         ensure_namespace(admin, ns).await?;
     }
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shoot-info", "namespace": "kube-system"}, "data": {"domain": DOMAIN}});
-    manifest::apply_object(admin, serde_json::from_value(cm)?, None)
+    manifest::apply_json(admin, fixtures::shoot_info(Some(DOMAIN)), None)
         .await
         .context("shoot-info")?;
     fixtures::apply(admin, &fixtures::LEGACY_INSTALL, Some(NS)).await
@@ -244,11 +243,11 @@ pub async fn assert_taken_over(admin: &Client, before: &MappingSnapshot, http_po
     }
     assert_nothing_legacy_left(admin, false).await;
     // ServiceMappings stay writable: the legacy validator (failurePolicy Fail) is gone.
-    let fresh: ServiceMapping = serde_json::from_value(json!({"apiVersion": "connectivityproxy.sap.com/v1",
-        "kind": "ServiceMapping", "metadata": {"name": "after-takeover"},
-        "spec": {"type": "TCP", "serviceId": "after-takeover", "subaccountId": "3f1c0d6e-8a2b-4c7d-9e10-5b6a7c8d9e0f",
-            "internalAddress": "after.takeover:3300"}}))
-    .expect("mapping");
+    let fresh = fixtures::service_mapping(
+        "after-takeover",
+        json!({"type": "TCP", "serviceId": "after-takeover", "subaccountId": "3f1c0d6e-8a2b-4c7d-9e10-5b6a7c8d9e0f",
+            "internalAddress": "after.takeover:3300"}),
+    );
     mappings
         .create(&PostParams::default(), &fresh)
         .await
@@ -375,10 +374,13 @@ pub async fn migrate_plan(cp: &crate::ControlPlane, args: &[&str]) -> (i32, Stri
     // A marker write after the run: once the audit log holds it, it holds any write the run made.
     let admin = cp.admin().await.expect("admin");
     let marker = format!("audit-marker-{offset}");
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": marker, "namespace": "default"}});
-    manifest::apply_object(&admin, serde_json::from_value(cm).expect("cm"), None)
-        .await
-        .expect("marker");
+    manifest::apply_json(
+        &admin,
+        fixtures::config_map(&marker, json!({})),
+        Some("default"),
+    )
+    .await
+    .expect("marker");
     let all = crate::wait::until(
         "the marker in the audit log",
         Duration::from_secs(10),

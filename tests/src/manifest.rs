@@ -41,6 +41,15 @@ pub async fn apply_yaml(
     Ok(applied)
 }
 
+/// Applies one object given as JSON (e.g. a [`crate::fixtures`] builder's).
+pub async fn apply_json(
+    client: &Client,
+    obj: serde_json::Value,
+    default_ns: Option<&str>,
+) -> anyhow::Result<DynamicObject> {
+    apply_object(client, serde_json::from_value(obj)?, default_ns).await
+}
+
 /// Applies one object.
 pub async fn apply_object(
     client: &Client,

@@ -594,9 +594,7 @@ impl Cluster {
                     "pod-security.kubernetes.io/enforce-version": "latest"}),
             ),
             ns(names::ISTIO_NAMESPACE, serde_json::json!({})),
-            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": names::SHOOT_INFO, "namespace": names::SHOOT_INFO_NAMESPACE},
-                "data": {"domain": CLUSTER_DOMAIN}}),
+            crate::fixtures::shoot_info(Some(CLUSTER_DOMAIN)),
             serde_json::json!({"apiVersion": "v1", "kind": "Secret",
                 "metadata": {"name": CA_TRUST_SECRET, "namespace": names::KYMA_SYSTEM},
                 "stringData": {"ca.crt": crate::ca_endpoint_tls()?.root_pem,
@@ -604,7 +602,7 @@ impl Cluster {
                     "allowed-hosts": format!(".{DNS_ZONE}"),
                     "allowed-networks": format!("{NODE_IP}/32")}}),
         ] {
-            crate::manifest::apply_object(&client, serde_json::from_value(obj)?, None).await?;
+            crate::manifest::apply_json(&client, obj, None).await?;
         }
         // What the controller manager adds to every namespace, so that a snapshot taken now is complete.
         for ns in [names::KYMA_SYSTEM, names::ISTIO_NAMESPACE] {

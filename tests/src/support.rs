@@ -121,15 +121,11 @@ pub async fn install_btp(admin: &Client) {
 /// Writes ConfigMap `kube-system/shoot-info` with `domain` (none: without one).
 pub async fn set_domain(admin: &Client, domain: Option<&str>) {
     let api: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-system");
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shoot-info"},
-        "data": domain.map(|d| json!({"domain": d})).unwrap_or(json!({}))});
-    api.patch(
-        "shoot-info",
-        &PatchParams::apply("cp-test").force(),
-        &Patch::Apply(&cm),
-    )
-    .await
-    .expect("shoot-info");
+    let cm = fixtures::shoot_info(domain);
+    let ssa = PatchParams::apply("cp-test").force();
+    api.patch(cp_api::names::SHOOT_INFO, &ssa, &Patch::Apply(&cm))
+        .await
+        .expect("shoot-info");
 }
 
 /// Deletes every CR and ServiceMapping and waits until they are gone.

@@ -72,10 +72,7 @@ async fn run() -> anyhow::Result<()> {
     println!(">> installed our CRDs and the CRDs of Istio and the SAP BTP service operator");
     ensure_namespace(&client, names::KYMA_SYSTEM).await?;
     ensure_namespace(&client, names::ISTIO_NAMESPACE).await?;
-    let shoot_info = json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": names::SHOOT_INFO, "namespace": names::SHOOT_INFO_NAMESPACE},
-        "data": {"domain": DOMAIN}});
-    manifest::apply_object(&client, serde_json::from_value(shoot_info)?, None).await?;
+    manifest::apply_json(&client, fixtures::shoot_info(Some(DOMAIN)), None).await?;
 
     // As in a cluster: the controller issues the webhook's certificate (here for 127.0.0.1) and writes
     // the CA bundle into the webhook configurations; the webhook serves it from the Secret.

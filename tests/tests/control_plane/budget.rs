@@ -13,7 +13,7 @@ fn big_mapping(name: &str) -> cp_api::ServiceMapping {
     let locations: Vec<String> = (0..16)
         .map(|j| format!("{name}-location-{j:02}-{}", "x".repeat(96)))
         .collect();
-    cp_api::testing::service_mapping(
+    cp_tests::fixtures::service_mapping(
         name,
         serde_json::json!({"type": "TCP", "subaccountId": "budget-sub", "serviceId": name,
             "internalAddress": "backend.default:443", "locationIds": locations}),

@@ -227,8 +227,7 @@ async fn install_dependencies(admin: &kube::Client) {
     fixtures::apply(admin, &[fixtures::ISTIO_CRDS, fixtures::BTP_CRDS], None)
         .await
         .expect("CRDs");
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shoot-info", "namespace": "kube-system"}, "data": {"domain": DOMAIN}});
-    manifest::apply_object(admin, serde_json::from_value(cm).expect("cm"), None)
+    manifest::apply_json(admin, fixtures::shoot_info(Some(DOMAIN)), None)
         .await
         .expect("shoot-info");
 }

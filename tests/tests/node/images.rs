@@ -165,16 +165,10 @@ async fn images_run_the_module_against_the_api_server() {
     for ns in [names::KYMA_SYSTEM, names::ISTIO_NAMESPACE] {
         ensure_namespace(&admin, ns).await.expect("namespace");
     }
-    let shoot_info = json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": names::SHOOT_INFO, "namespace": names::SHOOT_INFO_NAMESPACE},
-        "data": {"domain": "images.kyma.example.com"}});
-    manifest::apply_object(
-        &admin,
-        serde_json::from_value(shoot_info).expect("cm"),
-        None,
-    )
-    .await
-    .expect("shoot-info");
+    let shoot_info = fixtures::shoot_info(Some("images.kyma.example.com"));
+    manifest::apply_json(&admin, shoot_info, None)
+        .await
+        .expect("shoot-info");
     manifest::apply_controller_rbac(&admin)
         .await
         .expect("controller RBAC");

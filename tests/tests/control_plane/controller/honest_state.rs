@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use cp_api::{ConnectivityProxy, ServiceMapping, State};
-use cp_tests::fixtures::service_mapping;
+use cp_tests::fixtures::{secret, service_mapping};
 use cp_tests::support::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
@@ -243,10 +243,7 @@ async fn a_user_secret_without_a_usable_service_key_is_not_ready() {
     // The Secret exists but its owner has not let the proxy use it: the status says exactly what it
     // said while it was absent (a CR editor learns neither its existence nor its keys), and the proxy
     // does not mount it.
-    let secret: Secret = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "users-key"},
-        "stringData": {"credentials": "{\"clientid\": \"x\"}"}}))
-    .expect("secret");
+    let secret = secret("users-key", json!({"credentials": "{\"clientid\": \"x\"}"}));
     secrets
         .create(&PostParams::default(), &secret)
         .await

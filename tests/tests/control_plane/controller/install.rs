@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use cp_api::kinds::Kind;
 use cp_api::{ConnectivityProxy, State};
 use cp_tests::controller::CONTROLLER_USER;
+use cp_tests::fixtures::secret;
 use cp_tests::support::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
@@ -491,9 +492,7 @@ async fn a_cr_outside_kyma_system_installs_nothing_and_the_token_cannot_write_th
     let token = cp_tests::shared::operator_client().await;
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =
         Api::namespaced(token.clone(), &other_ns);
-    let stolen: k8s_openapi::api::core::v1::Secret =
-        serde_json::from_value(json!({"metadata": {"name": "planted"}, "stringData": {"k": "v"}}))
-            .expect("secret");
+    let stolen = secret("planted", json!({"k": "v"}));
     for (what, result) in [
         (
             "create a Secret",
@@ -667,10 +666,7 @@ async fn a_secret_the_operator_did_not_create_is_never_written_labelled_or_delet
     let env = scenario_ready().await;
     let admin = &env.admin;
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), NS);
-    let precious: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "precious"},
-        "stringData": {"foo": "user data"}}))
-    .expect("secret");
+    let precious = secret("precious", json!({"foo": "user data"}));
     secrets
         .create(&Default::default(), &precious)
         .await

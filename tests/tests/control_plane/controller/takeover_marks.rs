@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use cp_api::ConnectivityProxy;
+use cp_tests::fixtures::secret_json;
 use cp_tests::support::{NS, scenario, v1_resource};
 use cp_tests::wait;
 use kube::ResourceExt;
@@ -17,12 +18,15 @@ fn look_alikes() -> Vec<(ApiResource, Option<&'static str>, serde_json::Value)> 
         (
             core("Secret", "secrets"),
             Some("istio-system"),
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "cc-certs"}, "stringData": {"mine": "yes"}}),
+            secret_json("cc-certs", json!({"mine": "yes"})),
         ),
         (
             core("Secret", "secrets"),
             Some(NS),
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "connectivity-sm-operator-secrets-tls"}, "stringData": {"mine": "yes"}}),
+            secret_json(
+                "connectivity-sm-operator-secrets-tls",
+                json!({"mine": "yes"}),
+            ),
         ),
         (
             v1_resource("rbac.authorization.k8s.io", "ClusterRole", "clusterroles"),

@@ -3,7 +3,7 @@
 //! API server (schema and webhook) must accept it and store it with the CRD's type. `kubectl explain`
 //! offers the enums.
 
-use cp_tests::fixtures::default_cr;
+use cp_tests::fixtures::{default_cr, service_mapping_json};
 use cp_tests::shared::{MAPPINGS_LOCK, control_plane, webhook};
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use serde_json::{Value, json};
@@ -103,9 +103,10 @@ async fn every_form_value_the_dashboard_writes_is_accepted_with_the_crds_type() 
         (
             "servicemapping-extension.yaml",
             &sms,
-            json!({"apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
-                "metadata": {"name": "form-mapping"},
-                "spec": {"type": "TCP", "serviceId": "form-service", "internalAddress": "svc.ns:8080"}}),
+            service_mapping_json(
+                "form-mapping",
+                json!({"type": "TCP", "serviceId": "form-service", "internalAddress": "svc.ns:8080"}),
+            ),
         ),
     ] {
         let mut all = Vec::new();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use cp_api::admission_config::{self, Endpoint};
 use cp_api::names;
 use cp_tests::cluster::Identity;
-use cp_tests::fixtures::default_cr;
+use cp_tests::fixtures::{default_cr, service_mapping_json};
 use cp_tests::shared::{AUTHENTICATED, alice_client, control_plane, operator_client, webhook};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::Client;
@@ -103,12 +103,13 @@ async fn an_editor_cannot_set_change_or_remove_the_operators_annotations() {
     );
 
     // ServiceMappings: the same rule.
-    let sm: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
-        "metadata": {"name": "sec-annot-mapping", "annotations": {"connectivityproxy.sap.com/adopted-by": "me"}},
-        "spec": {"type": "RFC", "subaccountId": "00000000-0000-0000-0000-0000000000aa", "serviceId": "sec-annot",
-            "internalAddress": "erp.erp:3300", "locationIds": ["loc1"]}}))
-    .expect("mapping");
+    let mut sm = service_mapping_json(
+        "sec-annot-mapping",
+        json!({"type": "RFC", "subaccountId": "00000000-0000-0000-0000-0000000000aa", "serviceId": "sec-annot",
+            "internalAddress": "erp.erp:3300", "locationIds": ["loc1"]}),
+    );
+    sm["metadata"]["annotations"] = json!({"connectivityproxy.sap.com/adopted-by": "me"});
+    let sm: DynamicObject = serde_json::from_value(sm).expect("mapping");
     let mappings: Api<DynamicObject> = Api::all_with(
         alice.clone(),
         &ApiResource::erase::<cp_api::ServiceMapping>(&()),
@@ -347,12 +348,10 @@ async fn a_cr_in_another_namespace_never_changes_the_servicemapping_rules() {
         admin.clone(),
         &ApiResource::erase::<cp_api::ServiceMapping>(&()),
     );
-    let mapping: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
-        "metadata": {"name": "sec-no-subaccount"},
-        "spec": {"type": "RFC", "serviceId": "sec-no-subaccount", "internalAddress": "erp.erp:3300",
-            "locationIds": ["loc1"]}}))
-    .expect("mapping");
+    let spec = json!({"type": "RFC", "serviceId": "sec-no-subaccount", "internalAddress": "erp.erp:3300",
+        "locationIds": ["loc1"]});
+    let mapping: DynamicObject =
+        serde_json::from_value(service_mapping_json("sec-no-subaccount", spec)).expect("mapping");
     let dry = PostParams {
         dry_run: true,
         ..Default::default()
@@ -417,13 +416,11 @@ async fn oversized_fields_are_refused_by_the_crd_schema_naming_the_field() {
         alice_client(AUTHENTICATED).await,
         &ApiResource::erase::<cp_api::ServiceMapping>(&()),
     );
-    let sm: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
-        "metadata": {"name": "sec-sizes"},
-        "spec": {"type": "RFC", "subaccountId": "00000000-0000-0000-0000-0000000000bb", "serviceId": "sec-sizes",
-            "internalAddress": format!("{}.erp:3300", "e".repeat(2000)),
-            "locationIds": (0..300).map(|i| format!("loc{i}")).collect::<Vec<_>>()}}))
-    .expect("mapping");
+    let spec = json!({"type": "RFC", "subaccountId": "00000000-0000-0000-0000-0000000000bb", "serviceId": "sec-sizes",
+        "internalAddress": format!("{}.erp:3300", "e".repeat(2000)),
+        "locationIds": (0..300).map(|i| format!("loc{i}")).collect::<Vec<_>>()});
+    let sm: DynamicObject =
+        serde_json::from_value(service_mapping_json("sec-sizes", spec)).expect("mapping");
     match mappings.create(&PostParams::default(), &sm).await {
         Err(kube::Error::Api(s)) if s.code == 422 => assert!(
             s.message.contains("internalAddress") && s.message.contains("locationIds"),
@@ -720,11 +717,10 @@ async fn a_stolen_webhook_token_reads_what_admission_needs_and_writes_nothing() 
             .await,
         "apply the CR",
     );
-    let sm = json!({
-        "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
-        "metadata": {"name": "stolen-webhook-token"},
-        "spec": {"type": "RFC", "subaccountId": "s", "serviceId": "x", "internalAddress": "a:1"},
-    });
+    let sm = service_mapping_json(
+        "stolen-webhook-token",
+        json!({"type": "RFC", "subaccountId": "s", "serviceId": "x", "internalAddress": "a:1"}),
+    );
     denial(
         mappings
             .create(&dry, &serde_json::from_value(sm).expect("sm"))

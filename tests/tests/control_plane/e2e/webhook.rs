@@ -1,7 +1,7 @@
 //! Admission end to end: requests travel through the real API server to the registered webhook.
 
 use cp_api::defaults;
-use cp_tests::fixtures::default_cr;
+use cp_tests::fixtures::{config_map, default_cr, service_mapping_json};
 use cp_tests::shared::{
     AUTHENTICATED, MAPPINGS_LOCK, alice_client, control_plane, operator_client, webhook,
 };
@@ -349,13 +349,11 @@ async fn connectivity_secret_name_is_frozen_while_secret_data_is_set() {
         .expect("rename without secretData is allowed");
 }
 
+/// An RFC mapping of `service` in subaccount `sub-1`.
 fn mapping(name: &str, service: &str) -> Value {
-    json!({
-        "apiVersion": "connectivityproxy.sap.com/v1",
-        "kind": "ServiceMapping",
-        "metadata": {"name": name},
-        "spec": {"type": "RFC", "serviceId": service, "internalAddress": "erp.default:3300", "subaccountId": "sub-1"}
-    })
+    let spec = json!({"type": "RFC", "serviceId": service, "internalAddress": "erp.default:3300",
+        "subaccountId": "sub-1"});
+    service_mapping_json(name, spec)
 }
 
 fn mappings(client: &Client) -> Api<DynamicObject> {
@@ -746,10 +744,11 @@ async fn privileged_identities_are_read_live_from_the_configmap() {
     let set = |users: &'static str| {
         let admin = admin.clone();
         async move {
-            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "connectivity-proxy-operator-config", "namespace": "kyma-system"},
-                "data": {"privilegedUsers": users, "privilegedGroups": ""}});
-            cp_tests::manifest::apply_object(&admin, serde_json::from_value(cm).expect("cm"), None)
+            let cm = config_map(
+                "connectivity-proxy-operator-config",
+                json!({"privilegedUsers": users, "privilegedGroups": ""}),
+            );
+            cp_tests::manifest::apply_json(&admin, cm, Some("kyma-system"))
                 .await
                 .expect("config");
         }
@@ -806,10 +805,11 @@ async fn broad_groups_in_the_configmap_do_not_make_everyone_privileged() {
     let set = |groups: &'static str| {
         let admin = admin.clone();
         async move {
-            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "connectivity-proxy-operator-config", "namespace": "kyma-system"},
-                "data": {"privilegedUsers": "", "privilegedGroups": groups}});
-            cp_tests::manifest::apply_object(&admin, serde_json::from_value(cm).expect("cm"), None)
+            let cm = config_map(
+                "connectivity-proxy-operator-config",
+                json!({"privilegedUsers": "", "privilegedGroups": groups}),
+            );
+            cp_tests::manifest::apply_json(&admin, cm, Some("kyma-system"))
                 .await
                 .expect("config");
         }
