@@ -27,7 +27,9 @@ pub const CR: &str = "connectivity-proxy";
 
 static SCENARIO: Mutex<()> = Mutex::const_new(());
 
-/// Everything a controller test needs.
+/// Everything a controller test needs. The test's turn lasts as long as its `Env`: a test that needs
+/// only the client keeps it with `let admin = &scenario().await.admin;` (the `Env` lives to the end of
+/// the block).
 pub struct Env {
     /// The shared control plane.
     pub cp: std::sync::Arc<ControlPlane>,
@@ -174,18 +176,13 @@ pub async fn create_default_cr(admin: &Client, ns: &str, name: &str) -> Connecti
         .expect("create CR")
 }
 
-/// Deletes the CRDs `crds` (of `what`, e.g. Istio), creates the default CR `connectivity-proxy` in
-/// [`NS`] and waits (15 s) until it is in Warning with `reason`; returns its status description.
-pub async fn default_cr_without_crds(
-    admin: &Client,
-    crds: &[&str],
-    what: &str,
-    reason: &str,
-) -> String {
+/// Deletes the CRDs `crds` (e.g. Istio's), creates the default CR [`CR`] in [`NS`] and waits (15 s)
+/// until it is in Warning with `reason`; returns its status description.
+pub async fn default_cr_without_crds(admin: &Client, crds: &[&str], reason: &str) -> String {
     for crd in crds {
         crate::manifest::delete_crd(admin, crd)
             .await
-            .unwrap_or_else(|e| panic!("delete {what} CRD: {e:?}"));
+            .unwrap_or_else(|e| panic!("delete CRD {crd}: {e:?}"));
     }
     create_default_cr(admin, NS, CR).await;
     cr_warning(admin, reason, 15).await

@@ -12,18 +12,12 @@ use serde_json::{Value, json};
 
 #[tokio::test]
 async fn missing_btp_operator_is_a_warning_while_the_key_is_auto_provisioned() {
-    let env = scenario().await;
-    let admin = &env.admin;
-    let d = default_cr_without_crds(
-        admin,
-        &cp_api::names::BTP_CRDS,
-        "BTP",
-        "BTPOperatorCRDsMissing",
-    )
-    .await;
+    let admin = &scenario().await.admin;
+    let d =
+        default_cr_without_crds(admin, &cp_api::names::BTP_CRDS, "BTPOperatorCRDsMissing").await;
     assert!(d.contains("serviceinstances.services.cloud.sap.com"), "{d}");
     install_btp(admin).await;
-    make_ready(admin, NS, "connectivity-proxy").await;
+    make_ready(admin, NS, CR).await;
 }
 
 fn mapping(i: usize) -> ServiceMapping {
@@ -41,10 +35,7 @@ fn mapping(i: usize) -> ServiceMapping {
 
 #[tokio::test]
 async fn a_thousand_service_mappings_are_aggregated_and_get_endpoints() {
-    let env = scenario().await;
-    let admin = &env.admin;
-    create_default_cr(admin, NS, "connectivity-proxy").await;
-    make_ready(admin, NS, "connectivity-proxy").await;
+    let admin = &scenario_ready().await.admin;
     let api: Api<ServiceMapping> = Api::all(admin.clone());
     futures::stream::iter(0..1000)
         .map(|i| {

@@ -74,10 +74,7 @@ fn dup(name: &str, subaccount: &str, service: &str, address: &str) -> ServiceMap
 
 #[tokio::test]
 async fn duplicate_service_mappings_publish_only_the_oldest_and_warn_on_the_others() {
-    let env = scenario().await;
-    let admin = &env.admin;
-    create_default_cr(admin, NS, "connectivity-proxy").await;
-    make_ready(admin, NS, "connectivity-proxy").await;
+    let admin = &scenario_ready().await.admin;
     // No webhook is registered in this binary: duplicates reach the store as they would with two
     // webhook replicas admitting concurrently, or with the webhook down.
     let api: Api<ServiceMapping> = Api::all(admin.clone());
@@ -204,10 +201,8 @@ async fn wait_key_warning(admin: &Client, text: &[&str]) {
 
 #[tokio::test]
 async fn a_user_secret_without_a_usable_service_key_is_not_ready() {
-    let env = scenario().await;
+    let env = scenario_ready().await;
     let admin = &env.admin;
-    create_default_cr(admin, NS, "connectivity-proxy").await;
-    make_ready(admin, NS, "connectivity-proxy").await;
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
     // A working key (its CA URL is the test's endpoint): the one the BTP operator stand-in wrote.
     let good_key = secrets

@@ -75,8 +75,7 @@ async fn wait_all_exist(admin: &Client) {
 
 #[tokio::test]
 async fn default_cr_installs_everything_and_becomes_ready() {
-    let env = scenario_with_cr().await;
-    let admin = &env.admin;
+    let admin = &scenario_with_cr().await.admin;
     wait_all_exist(admin).await;
     cr_state(admin, State::Processing, "ServiceKeyPending", 15).await;
     play_btp_operator(admin, NS, CR).await;
@@ -200,15 +199,9 @@ async fn default_cr_installs_everything_and_becomes_ready() {
 
 #[tokio::test]
 async fn missing_istio_is_a_warning_until_it_is_installed() {
-    let env = scenario().await;
-    let admin = &env.admin;
-    let description = default_cr_without_crds(
-        admin,
-        &cp_api::names::ISTIO_CRDS,
-        "Istio",
-        "IstioCRDsMissing",
-    )
-    .await;
+    let admin = &scenario().await.admin;
+    let description =
+        default_cr_without_crds(admin, &cp_api::names::ISTIO_CRDS, "IstioCRDsMissing").await;
     for crd in cp_api::names::ISTIO_CRDS {
         assert!(
             description.contains(crd),
@@ -251,8 +244,7 @@ async fn network_policies_are(admin: &Client, present: bool) -> Result<Option<()
 
 #[tokio::test]
 async fn network_policies_are_applied_and_one_annotation_switches_them_off() {
-    let env = scenario_with_cr().await;
-    let admin = &env.admin;
+    let admin = &scenario_with_cr().await.admin;
     let wait = |present: bool, what: &'static str| {
         cp_tests::wait::until(what, Duration::from_secs(15), move || {
             network_policies_are(admin, present)
@@ -622,8 +614,7 @@ async fn steady_state_issues_no_writes() {
 
 #[tokio::test]
 async fn deletion_waits_for_service_mappings_then_removes_everything() {
-    let env = scenario_with_cr().await;
-    let admin = &env.admin;
+    let admin = &scenario_with_cr().await.admin;
     wait_all_exist(admin).await;
     create_mapping(admin, "blocker-1").await;
     create_mapping(admin, "blocker-2").await;
@@ -663,8 +654,7 @@ async fn deletion_waits_for_service_mappings_then_removes_everything() {
 
 #[tokio::test]
 async fn a_secret_the_operator_did_not_create_is_never_written_labelled_or_deleted() {
-    let env = scenario_ready().await;
-    let admin = &env.admin;
+    let admin = &scenario_ready().await.admin;
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), NS);
     let precious = secret("precious", json!({"foo": "user data"}));
     secrets

@@ -47,8 +47,7 @@ fn look_alikes() -> Vec<(ApiResource, Option<&'static str>, serde_json::Value)> 
 
 #[tokio::test]
 async fn a_takeover_annotation_without_a_legacy_installation_deletes_nothing() {
-    let env = scenario().await;
-    let admin = &env.admin;
+    let admin = &scenario().await.admin;
     let mut created = Vec::new();
     for (ar, ns, body) in look_alikes() {
         let api: Api<DynamicObject> = match ns {
