@@ -1,9 +1,20 @@
-//! Applying desired objects with server-side apply, skipping objects that already match (so a
-//! steady state issues no writes), and pruning managed objects that are no longer desired.
+//! The controller's one writer: every write to the API server (the leader Lease and Events aside)
+//! goes through [`Writer`] — server-side apply with the one field manager, merge and JSON patches
+//! under the same manager, creates, deletes with UID and resourceVersion preconditions — and is
+//! counted (`cp_controller_writes_total{resource,verb,result}`) and logged once with its reason.
+//! [`Applier`] adds the ownership proof: it applies desired objects, skipping those that already
+//! match (so a steady state issues no writes), and prunes what is provably the operator's.
+
+use std::fmt::Debug;
 
 use cp_api::names;
 use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions,
+};
+use prometheus::IntCounterVec;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::Error;
@@ -281,17 +292,270 @@ pub fn not_ours(d: &Desired) -> Error {
     })
 }
 
-/// Writes with server-side apply (one field manager) and deletes. Every body it writes carries the
-/// operator's ownership proof ([`crate::ownership`]).
-pub struct Applier {
+/// How a write goes out (the `verb` label of the writes metric).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    /// Server-side apply (forced, the one field manager).
+    Apply,
+    /// A merge patch.
+    Merge,
+    /// A JSON patch.
+    JsonPatch,
+    /// A create.
+    Create,
+    /// A delete with preconditions.
+    Delete,
+}
+
+impl Verb {
+    fn label(self, status: bool) -> &'static str {
+        match (self, status) {
+            (Verb::Apply, false) => "apply",
+            (Verb::Apply, true) => "apply-status",
+            (Verb::Merge, false) => "merge",
+            (Verb::Merge, true) => "merge-status",
+            (Verb::JsonPatch, _) => "json-patch",
+            (Verb::Create, _) => "create",
+            (Verb::Delete, _) => "delete",
+        }
+    }
+}
+
+/// The typed body of a server-side apply that sets a part of an object: its metadata (labels,
+/// annotations) or its status, nothing else.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Partial<S: Serialize> {
+    api_version: String,
+    kind: String,
+    metadata: kube::api::ObjectMeta,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<S>,
+}
+
+impl<S: Serialize> Partial<S> {
+    /// The apply body of object `K` `name` with `metadata` (its name set) and `status`.
+    pub fn of<K: kube::Resource<DynamicType = ()>>(
+        name: &str,
+        mut metadata: kube::api::ObjectMeta,
+        status: Option<S>,
+    ) -> Self {
+        metadata.name = Some(name.into());
+        Self {
+            api_version: K::api_version(&()).into(),
+            kind: K::kind(&()).into(),
+            metadata,
+            status,
+        }
+    }
+}
+
+/// A merge patch of an object's labels and annotations (a `None` value removes the key), and of its
+/// `spec` where one is set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct MergePatch {
+    metadata: MetadataFields,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spec: Option<Value>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+struct MetadataFields {
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    labels: std::collections::BTreeMap<String, Option<String>>,
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    annotations: std::collections::BTreeMap<String, Option<String>>,
+}
+
+impl MergePatch {
+    /// Sets (or, with `None`, removes) a label.
+    pub fn label(mut self, key: &str, value: Option<&str>) -> Self {
+        self.metadata
+            .labels
+            .insert(key.into(), value.map(String::from));
+        self
+    }
+
+    /// Merges `spec`.
+    pub fn spec(mut self, spec: Value) -> Self {
+        self.spec = Some(spec);
+        self
+    }
+
+    /// Sets (or, with `None`, removes) an annotation.
+    pub fn annotation(mut self, key: &str, value: Option<&str>) -> Self {
+        self.metadata
+            .annotations
+            .insert(key.into(), value.map(String::from));
+        self
+    }
+}
+
+/// The one door of the controller's writes: each one uses the one field manager, is counted by
+/// resource, verb and result, and is logged once with why it is made.
+#[derive(Clone)]
+pub struct Writer {
     client: Client,
+    writes: IntCounterVec,
+}
+
+/// The resource a URL of an [`Api`] names (`configmaps`, `connectivityproxies`).
+fn resource_of<K: kube::Resource>(api: &Api<K>) -> &str {
+    api.resource_url().rsplit('/').next().unwrap_or_default()
+}
+
+/// The params of a patch: server-side apply is forced, every patch carries the one field manager.
+fn patch_params<P: Serialize>(patch: &Patch<P>) -> PatchParams {
+    match patch {
+        Patch::Apply(_) => PatchParams::apply(names::FIELD_MANAGER).force(),
+        _ => PatchParams {
+            field_manager: Some(names::FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        },
+    }
+}
+
+fn verb_of<P: Serialize>(patch: &Patch<P>) -> Verb {
+    match patch {
+        Patch::Apply(_) => Verb::Apply,
+        Patch::Json(_) => Verb::JsonPatch,
+        _ => Verb::Merge,
+    }
+}
+
+impl Writer {
+    /// A writer using `client`, counting into `writes` (`resource`, `verb`, `result`).
+    pub fn new(client: Client, writes: IntCounterVec) -> Self {
+        Self { client, writes }
+    }
+
+    /// The client (for reads).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn done<T>(
+        &self,
+        resource: &str,
+        verb: &'static str,
+        name: &str,
+        why: &str,
+        r: &Result<T, kube::Error>,
+    ) {
+        let result = match r {
+            Ok(_) => "ok",
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => "conflict",
+            Err(_) => "error",
+        };
+        self.writes
+            .with_label_values(&[resource, verb, result])
+            .inc();
+        match r {
+            Ok(_) => tracing::info!(resource, verb, name, why, "wrote"),
+            Err(e) => tracing::debug!(resource, verb, name, why, error = %e, "write refused"),
+        }
+    }
+
+    /// Patches `name` (server-side apply forced, or a merge or JSON patch), under the one field manager.
+    pub async fn write<K, P>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        patch: &Patch<P>,
+        why: &str,
+    ) -> Result<K, kube::Error>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + Debug,
+        P: Serialize + Debug,
+    {
+        let r = api.patch(name, &patch_params(patch), patch).await;
+        self.done(resource_of(api), verb_of(patch).label(false), name, why, &r);
+        r
+    }
+
+    /// [`Writer::write`] of the status subresource.
+    pub async fn write_status<K, P>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        patch: &Patch<P>,
+        why: &str,
+    ) -> Result<K, kube::Error>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + Debug,
+        P: Serialize + Debug,
+    {
+        let r = api.patch_status(name, &patch_params(patch), patch).await;
+        self.done(resource_of(api), verb_of(patch).label(true), name, why, &r);
+        r
+    }
+
+    /// Creates `obj` under the one field manager.
+    pub async fn insert<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        obj: &K,
+        why: &str,
+    ) -> Result<K, kube::Error>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + Serialize + Debug,
+    {
+        let pp = PostParams {
+            field_manager: Some(names::FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
+        let r = api.create(&pp, obj).await;
+        self.done(resource_of(api), Verb::Create.label(false), name, why, &r);
+        r
+    }
+
+    /// Deletes `name` in the background if it is still the object read (its UID and
+    /// resourceVersion): `Ok(false)` when it is gone already; a 409 when it changed since.
+    pub async fn remove<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        (uid, resource_version): &(Option<String>, Option<String>),
+        why: &str,
+    ) -> Result<bool, kube::Error>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + Debug,
+    {
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: uid.clone(),
+                resource_version: resource_version.clone(),
+            }),
+            ..DeleteParams::background()
+        };
+        let r = api.delete(name, &dp).await;
+        self.done(resource_of(api), Verb::Delete.label(false), name, why, &r);
+        match r {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Applies desired objects and deletes managed ones through the [`Writer`]. Every body it writes
+/// carries the operator's ownership proof ([`crate::ownership`]).
+#[derive(Clone)]
+pub struct Applier {
+    writer: Writer,
     proof: std::sync::Arc<crate::ownership::Proof>,
 }
 
 impl Applier {
-    /// An applier using `client`, stamping `proof`.
-    pub fn new(client: Client, proof: std::sync::Arc<crate::ownership::Proof>) -> Self {
-        Self { client, proof }
+    /// An applier writing through `writer`, stamping `proof`.
+    pub fn new(writer: Writer, proof: std::sync::Arc<crate::ownership::Proof>) -> Self {
+        Self { writer, proof }
+    }
+
+    /// The writer.
+    pub fn writer(&self) -> &Writer {
+        &self.writer
     }
 
     /// The ownership proof this applier stamps.
@@ -302,20 +566,28 @@ impl Applier {
     /// Applies `d`; returns whether it wrote. When the caches did not hold it (`confirm_absent`), the
     /// API is asked first: an object of that name that the operator did not create is never written
     /// ([`Error::NotOurs`]), and one that already matches is left alone.
-    pub async fn apply(&self, d: &Desired, confirm_absent: bool) -> Result<bool, Error> {
-        self.apply_with(d, &Digest::of(d), confirm_absent).await
+    pub async fn apply(&self, d: &Desired, confirm_absent: bool, why: &str) -> Result<bool, Error> {
+        self.apply_with(d, &Digest::of(d), confirm_absent, why)
+            .await
     }
 
     /// [`Applier::apply`] with the body's digest the plan computed (the mappings ConfigMap is not
-    /// serialised again for its hash).
+    /// serialised again for its hash), logged with `why`.
     pub async fn apply_with(
         &self,
         d: &Desired,
         digest: &Digest,
         confirm_absent: bool,
+        why: &str,
     ) -> Result<bool, Error> {
         if confirm_absent
-            && let Some(l) = read(&self.client, d.kind, d.namespace.as_deref(), &d.name).await?
+            && let Some(l) = read(
+                self.writer.client(),
+                d.kind,
+                d.namespace.as_deref(),
+                &d.name,
+            )
+            .await?
         {
             match self.proof.standing(d.kind, &l.metadata) {
                 crate::ownership::Standing::Proven => {
@@ -333,12 +605,9 @@ impl Applier {
         let mut body = with_digest(d, digest);
         self.proof.stamp(d.kind, &mut body, None);
         let what = format!("applying {} {}", d.kind.api_resource().kind, d.name);
-        api(&self.client, d.kind, d.namespace.as_deref())
-            .patch(
-                &d.name,
-                &PatchParams::apply(names::FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
+        let api = api(self.writer.client(), d.kind, d.namespace.as_deref());
+        self.writer
+            .write(&api, &d.name, &Patch::Apply(&body), why)
             .await
             .map_err(|e| match e {
                 kube::Error::Api(s) if s.code == 404 && s.details.as_ref().is_some_and(|d| d.kind == "namespaces") => {
@@ -355,24 +624,21 @@ impl Applier {
         Ok(true)
     }
 
-    /// Deletes one object (absent is fine).
-    pub async fn delete(
+    /// Deletes a managed object the operator proved it owns, if it is still the object read.
+    pub async fn remove(
         &self,
         kind: Kind,
-        namespace: Option<&str>,
-        name: &str,
+        obj: &kube::api::ObjectMeta,
+        why: &str,
     ) -> Result<(), Error> {
-        match api(&self.client, kind, namespace)
-            .delete(name, &DeleteParams::background())
+        let name = obj.name.as_deref().unwrap_or_default();
+        let api = api(self.writer.client(), kind, obj.namespace.as_deref());
+        let read = (obj.uid.clone(), obj.resource_version.clone());
+        self.writer
+            .remove(&api, name, &read, why)
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(Error::kube(
-                format!("deleting {} {name}", kind.api_resource().kind),
-                e,
-            )),
-        }
+            .map(|_| ())
+            .map_err(|e| Error::kube(format!("deleting {} {name}", kind.api_resource().kind), e))
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use cp_api::reason::Reason;
 use cp_api::{ConnectivityProxy, State, names};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
@@ -146,14 +146,25 @@ async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, step: &DeletionStep) -> Resu
                     continue;
                 }
                 ctx.applier
-                    .delete(kind, obj.namespace().as_deref(), &obj.name_any())
+                    .remove(
+                        kind,
+                        &obj.metadata,
+                        "the ConnectivityProxy is being deleted",
+                    )
                     .await?;
             }
         }
         DeletionStep::RemoveFinalizer(patch) => {
             let patch: json_patch::Patch = serde_json::from_value(patch.clone())?;
-            Api::<ConnectivityProxy>::namespaced(ctx.client.clone(), &ns)
-                .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+            let api = Api::<ConnectivityProxy>::namespaced(ctx.client.clone(), &ns);
+            ctx.applier
+                .writer()
+                .write(
+                    &api,
+                    &name,
+                    &Patch::Json::<()>(patch),
+                    "removing the finalizer",
+                )
                 .await
                 .map_err(|e| Error::kube("removing the finalizer", e))?;
         }

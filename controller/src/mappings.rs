@@ -11,17 +11,23 @@ use std::sync::Arc;
 
 use cp_api::mapping::{MappingKeyRef, mapping_key_ref};
 use cp_api::{ServiceMapping, names};
-use kube::api::{Api, Patch, PatchParams};
-use kube::{Client, ResourceExt};
-use serde_json::json;
+use kube::ResourceExt;
+use kube::api::{Api, Patch};
 
 use crate::Error;
+use crate::apply::Partial;
 use crate::desired::Resolved;
 
 /// The aggregated ConfigMap must stay below the 1 MiB object limit; this leaves room for metadata.
 pub const MAX_CONFIGMAP_BYTES: usize = cp_api::mapping::MAPPINGS_BUDGET_BYTES;
 
 use cp_api::keys::ADOPTED_ANNOTATION;
+
+/// A ServiceMapping's status as the controller writes it: `None` removes the endpoint.
+#[derive(Clone, Debug, serde::Serialize)]
+struct Endpoint {
+    endpoint: Option<String>,
+}
 
 /// A mapping that is not published because an older one has the same key.
 #[derive(Clone, Debug, PartialEq)]
@@ -143,15 +149,14 @@ const PARALLEL_WRITES: usize = 16;
 /// [`PARALLEL_WRITES`] mappings at a time; a mapping that is not published (`unpublished`, a
 /// duplicate) is taken over too but advertises no endpoint. Returns how many writes it made.
 pub async fn reconcile_mappings(
-    client: &Client,
+    writer: &crate::apply::Writer,
     published: &[Arc<ServiceMapping>],
     unpublished: &[Arc<ServiceMapping>],
     resolved: &Resolved,
     port: i32,
 ) -> Result<usize, Error> {
     use futures::StreamExt;
-    let api: Api<ServiceMapping> = Api::all(client.clone());
-    let pp = PatchParams::apply(names::FIELD_MANAGER).force();
+    let api: Api<ServiceMapping> = Api::all(writer.client().clone());
     // Collected first: a lazy iterator of closures held across the awaits makes the future's
     // lifetimes too general for the controller's `Send` bound.
     // Only the mappings that need a write are handed to the stream: in a steady state with 10,000
@@ -176,8 +181,8 @@ pub async fn reconcile_mappings(
     );
     let results: Vec<Result<usize, Error>> = futures::stream::iter(all)
         .map(|(m, want)| {
-            let (api, pp) = (api.clone(), pp.clone());
-            async move { reconcile_one(&api, &pp, &m, want).await }
+            let api = api.clone();
+            async move { reconcile_one(writer, &api, &m, want).await }
         })
         .buffer_unordered(PARALLEL_WRITES)
         .collect()
@@ -196,8 +201,8 @@ fn taken_over(m: &ServiceMapping) -> bool {
 }
 
 async fn reconcile_one(
+    writer: &crate::apply::Writer,
     api: &Api<ServiceMapping>,
-    pp: &PatchParams,
     m: &ServiceMapping,
     want: Option<String>,
 ) -> Result<usize, Error> {
@@ -205,13 +210,19 @@ async fn reconcile_one(
     let name = m.name_any();
     if !taken_over(m) {
         // Only metadata: the spec stays the user's.
-        let body = json!({
-            "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
-            "metadata": {"name": name,
-                "labels": {names::LABEL_MODULE: names::MODULE_VALUE},
-                "annotations": {ADOPTED_ANNOTATION: names::MANAGED_BY_VALUE}},
-        });
-        api.patch(&name, pp, &Patch::Apply(&body))
+        let meta = kube::api::ObjectMeta {
+            labels: Some([(names::LABEL_MODULE.into(), names::MODULE_VALUE.into())].into()),
+            annotations: Some([(ADOPTED_ANNOTATION.into(), names::MANAGED_BY_VALUE.into())].into()),
+            ..Default::default()
+        };
+        let body = Partial::<Endpoint>::of::<ServiceMapping>(&name, meta, None);
+        writer
+            .write(
+                api,
+                &name,
+                &Patch::Apply(&body),
+                "taking the ServiceMapping over",
+            )
             .await
             .map_err(|e| Error::kube(format!("taking over ServiceMapping {name}"), e))?;
         writes += 1;
@@ -220,20 +231,29 @@ async fn reconcile_one(
     if have == want.as_deref() {
         return Ok(writes);
     }
+    let body = Partial::of::<ServiceMapping>(
+        &name,
+        Default::default(),
+        Some(Endpoint {
+            endpoint: want.clone(),
+        }),
+    );
     let result = match &want {
-        Some(want) => {
-            let body = json!({"apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
-                "metadata": {"name": name}, "status": {"endpoint": want}});
-            api.patch_status(&name, pp, &Patch::Apply(&body)).await
+        Some(_) => {
+            writer
+                .write_status(api, &name, &Patch::Apply(&body), "publishing the endpoint")
+                .await
         }
         // Whoever wrote it (an earlier publication, the legacy operator): a merge patch removes it.
         None => {
-            let pp = PatchParams {
-                field_manager: Some(names::FIELD_MANAGER.into()),
-                ..PatchParams::default()
-            };
-            let body = json!({"status": {"endpoint": null}});
-            api.patch_status(&name, &pp, &Patch::Merge(&body)).await
+            writer
+                .write_status(
+                    api,
+                    &name,
+                    &Patch::Merge(&body),
+                    "not published: the endpoint is removed",
+                )
+                .await
         }
     };
     result.map_err(|e| Error::kube(format!("writing the endpoint of ServiceMapping {name}"), e))?;
@@ -243,6 +263,7 @@ async fn reconcile_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn m(name: &str, created: Option<&str>, uid: &str, service: &str) -> Arc<ServiceMapping> {
         let mut meta = json!({"name": name, "uid": uid});

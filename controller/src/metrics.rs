@@ -27,6 +27,9 @@ pub struct Metrics {
     pub state: IntGaugeVec,
     /// `cp_controller_applied_objects_total{kind}`: server-side applies that changed something.
     pub applies: IntCounterVec,
+    /// `cp_controller_writes_total{resource,verb,result}`: every write to the API server (the Lease
+    /// and Events aside), through [`crate::apply::Writer`].
+    pub writes: IntCounterVec,
     /// `cp_controller_service_mappings`: ServiceMappings in the cluster.
     pub service_mappings: IntGauge,
     /// `cp_controller_foreign_secret_watches`: watches open on Secrets the operator reads but does not
@@ -169,6 +172,13 @@ impl Metrics {
             ),
             &["kind"],
         )?;
+        let writes = IntCounterVec::new(
+            Opts::new(
+                "cp_controller_writes_total",
+                "Writes to the API server (the leader Lease and Events aside), by resource, verb (apply, apply-status, merge, merge-status, json-patch, create, delete) and result (ok, conflict, error).",
+            ),
+            &["resource", "verb", "result"],
+        )?;
         let service_mappings = IntGauge::new(
             "cp_controller_service_mappings",
             "ServiceMappings in the cluster.",
@@ -227,6 +237,7 @@ impl Metrics {
             Box::new(reconcile_duration.clone()),
             Box::new(state.clone()),
             Box::new(applies.clone()),
+            Box::new(writes.clone()),
             Box::new(service_mappings.clone()),
             Box::new(foreign_secret_watches.clone()),
             Box::new(cert_expiry.clone()),
@@ -262,6 +273,7 @@ impl Metrics {
             reconcile_duration,
             state,
             applies,
+            writes,
             service_mappings,
             foreign_secret_watches,
             cert_expiry,

@@ -23,9 +23,9 @@ use cp_certs::crypto::backend::hmac;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use kube::ResourceExt;
+use kube::api::{Api, Patch};
+use serde_json::Value;
 
 use crate::Error;
 use crate::desired::{Kind, is_managed};
@@ -212,16 +212,18 @@ impl Proof {
     }
 
     /// Closes the adoption window: in memory now, and on the key Secret so a restart keeps it closed.
-    pub async fn close_adoption(&self, client: &Client) -> Result<(), Error> {
+    pub async fn close_adoption(&self, writer: &crate::apply::Writer) -> Result<(), Error> {
         if !self.adopting() {
             return Ok(());
         }
-        let patch = json!({"metadata": {"annotations": {ADOPTING_ANNOTATION: null}}});
-        Api::<Secret>::namespaced(client.clone(), names::KYMA_SYSTEM)
-            .patch(
+        let patch = crate::apply::MergePatch::default().annotation(ADOPTING_ANNOTATION, None);
+        let api = Api::<Secret>::namespaced(writer.client().clone(), names::KYMA_SYSTEM);
+        writer
+            .write(
+                &api,
                 names::OWNERSHIP_KEY_SECRET,
-                &PatchParams::default(),
                 &Patch::Merge(&patch),
+                "closing the ownership adoption window",
             )
             .await
             .map_err(|e| Error::kube("closing the ownership adoption window", e))?;
@@ -259,10 +261,10 @@ pub fn secret_strings(data: &BTreeMap<String, ByteString>) -> BTreeMap<String, S
 /// `owner` (the module's CRD) owns the key as it owns the webhook Secrets and the Lease: the key goes
 /// when the module is uninstalled.
 pub async fn load_or_create(
-    client: &Client,
+    writer: &crate::apply::Writer,
     owner: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
 ) -> Result<Proof, Error> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), names::KYMA_SYSTEM);
+    let secrets: Api<Secret> = Api::namespaced(writer.client().clone(), names::KYMA_SYSTEM);
     for _ in 0..3 {
         if let Some(s) = secrets
             .get_opt(names::OWNERSHIP_KEY_SECRET)
@@ -285,11 +287,15 @@ pub async fn load_or_create(
             data: Some([(KEY_FIELD.to_string(), ByteString(key))].into()),
             ..Default::default()
         };
-        let pp = PostParams {
-            field_manager: Some(names::FIELD_MANAGER.into()),
-            ..Default::default()
-        };
-        match secrets.create(&pp, &body).await {
+        match writer
+            .insert(
+                &secrets,
+                names::OWNERSHIP_KEY_SECRET,
+                &body,
+                "creating the ownership key",
+            )
+            .await
+        {
             Ok(s) => {
                 tracing::info!(
                     secret = names::OWNERSHIP_KEY_SECRET,
@@ -343,6 +349,7 @@ pub fn from_secret(s: &Secret) -> Result<Proof, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn meta(name: &str, labelled: bool, created: i64) -> ObjectMeta {
         ObjectMeta {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cp_api::ConnectivityProxy;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
@@ -148,24 +148,23 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
         }
         Plan::Migrate => {
             span.record("action", "migrate");
-            let outcome =
-                match crate::migration::migrate(&ctx.client, ctx.applier.proof(), cr).await {
-                    Ok(o) => o,
-                    // A backup name taken by an object the operator cannot prove it wrote: the takeover
-                    // waits (the legacy installation keeps running) and the status names the object.
-                    Err(e @ Error::NotOurs(_)) => {
-                        let failed = status::Cond::failed(
-                            status::types::INSTALLED,
-                            Reason::ObjectNotOwned,
-                            e.to_string(),
-                        );
-                        let computed =
-                            status::Computed::blocked(cp_api::State::Warning, vec![], failed);
-                        status::write(ctx, cr, &computed).await?;
-                        return Ok(Action::requeue(crate::plan::OUTSIDE_RECHECK));
-                    }
-                    Err(e) => return Err(e),
-                };
+            let outcome = match crate::migration::migrate(&ctx.applier, cr).await {
+                Ok(o) => o,
+                // A backup name taken by an object the operator cannot prove it wrote: the takeover
+                // waits (the legacy installation keeps running) and the status names the object.
+                Err(e @ Error::NotOurs(_)) => {
+                    let failed = status::Cond::failed(
+                        status::types::INSTALLED,
+                        Reason::ObjectNotOwned,
+                        e.to_string(),
+                    );
+                    let computed =
+                        status::Computed::blocked(cp_api::State::Warning, vec![], failed);
+                    status::write(ctx, cr, &computed).await?;
+                    return Ok(Action::requeue(crate::plan::OUTSIDE_RECHECK));
+                }
+                Err(e) => return Err(e),
+            };
             if let crate::migration::Outcome::LeftAlone(objects) = &outcome {
                 status::warn(
                     ctx,
@@ -198,7 +197,7 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
 async fn update_cr(cr: &ConnectivityProxy, ctx: &Ctx, patches: &[CrPatch]) -> Result<(), Error> {
     let api: Api<ConnectivityProxy> =
         Api::namespaced(ctx.client.clone(), &cr.namespace().unwrap_or_default());
-    let pp = PatchParams::default();
+    let writer = ctx.applier.writer();
     for p in patches {
         let (patch, what) = match p {
             CrPatch::Finalizer(v) => (
@@ -210,10 +209,10 @@ async fn update_cr(cr: &ConnectivityProxy, ctx: &Ctx, patches: &[CrPatch]) -> Re
                 "moving spec.deployment to this release's defaults (fields someone changed are kept)",
             ),
         };
-        api.patch(&cr.name_any(), &pp, &patch)
+        writer
+            .write(&api, &cr.name_any(), &patch, what)
             .await
             .map_err(|e| Error::kube(what, e))?;
-        tracing::info!("{what}: done");
     }
     Ok(())
 }
@@ -233,7 +232,7 @@ async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, install: &Install) -> Result
     let port = cp_api::validation::external_port(&cr.spec);
     let losers: Vec<_> = install.conflicts.iter().map(|c| c.loser.clone()).collect();
     if let Err(e) = crate::mappings::reconcile_mappings(
-        &ctx.client,
+        ctx.applier.writer(),
         &install.published,
         &losers,
         &install.resolved,
@@ -247,7 +246,11 @@ async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, install: &Install) -> Result
     report_unproven(ctx, cr, &install.unproven).await;
     status::write(ctx, cr, &install.status).await?;
     if install.status.state == cp_api::State::Ready
-        && let Err(e) = ctx.applier.proof().close_adoption(&ctx.client).await
+        && let Err(e) = ctx
+            .applier
+            .proof()
+            .close_adoption(ctx.applier.writer())
+            .await
     {
         tracing::warn!(error = %e, "closing the ownership adoption window (retried at the next Ready reconcile)");
     }
@@ -345,9 +348,14 @@ async fn write_objects(ctx: &Ctx, install: &Install) -> Result<(), Error> {
         let results = futures::future::join_all(wave.iter().map(|w| write_one(ctx, w))).await;
         results.into_iter().collect::<Result<Vec<()>, Error>>()?;
     }
-    for (kind, ns, name) in &install.prune {
-        ctx.applier.delete(*kind, ns.as_deref(), name).await?;
-        tracing::info!(kind = %kind.api_resource().kind, %name, namespace = ns.as_deref().unwrap_or(""), "removed a managed object that is no longer desired");
+    for p in &install.prune {
+        ctx.applier
+            .remove(
+                p.kind,
+                &p.meta,
+                "a managed object that is no longer desired",
+            )
+            .await?;
     }
     Ok(())
 }
@@ -360,17 +368,17 @@ fn before_workload(kind: Kind) -> bool {
 
 async fn write_one(ctx: &Ctx, w: &crate::plan::Write) -> Result<(), Error> {
     let d = &w.desired;
-    let kind = d.kind.api_resource().kind;
-    let ns = d.namespace.as_deref().unwrap_or("");
     if ctx
         .applier
-        .apply_with(d, &w.digest, w.confirm_absent)
+        .apply_with(d, &w.digest, w.confirm_absent, &w.why)
         .await?
     {
         let key = (d.kind, d.namespace.clone(), d.name.clone());
         ctx.cache.wrote(key, w.cached_version.clone());
-        ctx.metrics.applies.with_label_values(&[&kind]).inc();
-        tracing::info!(%kind, name = %d.name, namespace = ns, why = %w.why, "applied");
+        ctx.metrics
+            .applies
+            .with_label_values(&[&d.kind.api_resource().kind])
+            .inc();
     }
     Ok(())
 }

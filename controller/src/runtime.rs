@@ -134,9 +134,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         leader::acquire(&client, &lease).await;
         metrics.leader.set(1);
     }
+    // Every write goes through the one writer, counted in the writes metric.
+    let writer = crate::apply::Writer::new(client.clone(), metrics.writes.clone());
     // The key of the ownership proofs: read (or created, once) before anything is written.
     let proof = Arc::new(
-        crate::ownership::load_or_create(&client, module_owner.as_ref())
+        crate::ownership::load_or_create(&writer, module_owner.as_ref())
             .await
             .context("the ownership key")?,
     );
@@ -166,7 +168,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let cache = crate::cache::Cache::start(client.clone(), crds.clone(), proxies.clone(), trigger);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
-        applier: Applier::new(client.clone(), proof.clone()),
+        applier: Applier::new(writer.clone(), proof.clone()),
         cache,
         metrics: metrics.clone(),
         recorder: Recorder::new(
@@ -246,7 +248,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     .touched_objects();
     if args.manage_webhook_certs {
         tokio::spawn(run_webhook_certs(
-            client.clone(),
+            ctx.applier.clone(),
             WebhookCertSettings {
                 namespace: args.webhook_namespace.clone(),
                 service: args.webhook_service.clone(),
@@ -258,7 +260,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 owner: module_owner.clone(),
             },
             metrics.clone(),
-            proof.clone(),
         ));
     }
 

@@ -2,12 +2,11 @@
 //! an Event on each state change.
 
 use cp_api::reason::Reason;
-use cp_api::{ConnectivityProxy, ModuleStatus, State, names};
+use cp_api::{ConnectivityProxy, ModuleStatus, State};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use crate::Error;
 use crate::context::Ctx;
@@ -169,18 +168,22 @@ pub async fn write(ctx: &Ctx, cr: &ConnectivityProxy, computed: &Computed) -> Re
         return Ok(());
     }
     let api: Api<ConnectivityProxy> = Api::namespaced(ctx.client.clone(), &ns);
-    let body = json!({
-        "apiVersion": "connectivityproxy.sap.com/v1",
-        "kind": "ConnectivityProxy",
-        "status": status,
-    });
-    api.patch_status(
-        &name,
-        &PatchParams::apply(names::FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(|e| Error::kube("writing the status", e))?;
+    let body =
+        crate::apply::Partial::of::<ConnectivityProxy>(&name, Default::default(), Some(status));
+    ctx.applier
+        .writer()
+        .write_status(
+            &api,
+            &name,
+            &Patch::Apply(&body),
+            &format!(
+                "state {:?} ({})",
+                computed.state,
+                String::from(computed.reason)
+            ),
+        )
+        .await
+        .map_err(|e| Error::kube("writing the status", e))?;
     if old.state != Some(computed.state) {
         let type_ = match computed.state {
             State::Warning | State::Error => EventType::Warning,

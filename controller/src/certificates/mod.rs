@@ -18,14 +18,15 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{Api, Patch, PatchParams};
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
+use kube::api::{Api, Patch};
 use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::Error;
+use crate::apply::{Applier, Writer};
 use crate::metrics::Metrics;
 
 pub mod tunnel;
@@ -186,11 +187,7 @@ impl WebhookCertSettings {
 
 /// Applies a Secret body if it differs from the live one (the applied-hash annotation makes a
 /// removed key count as a difference); returns whether it wrote.
-async fn ensure_secret(
-    client: &Client,
-    proof: &Arc<crate::ownership::Proof>,
-    body: Value,
-) -> Result<bool, Error> {
+async fn ensure_secret(applier: &Applier, body: Value) -> Result<bool, Error> {
     let desired = crate::desired::Desired {
         kind: crate::desired::Kind::Secret,
         namespace: body["metadata"]["namespace"].as_str().map(String::from),
@@ -200,18 +197,18 @@ async fn ensure_secret(
             .to_string(),
         body,
     };
-    crate::apply::Applier::new(client.clone(), proof.clone())
-        .apply(&desired, true)
+    applier
+        .apply(&desired, true, "the webhook certificates")
         .await
 }
 
 /// Writes the CA bundle into every webhook of both configurations where it differs.
-async fn ensure_ca_bundle(client: &Client, bundle: &str) -> Result<(), Error> {
+async fn ensure_ca_bundle(writer: &Writer, bundle: &str) -> Result<(), Error> {
     let want = bundle.as_bytes();
-    ensure_bundle_in::<MutatingWebhookConfiguration>(client, names::MUTATING_WEBHOOK_CONFIG, want)
+    ensure_bundle_in::<MutatingWebhookConfiguration>(writer, names::MUTATING_WEBHOOK_CONFIG, want)
         .await?;
     ensure_bundle_in::<ValidatingWebhookConfiguration>(
-        client,
+        writer,
         names::VALIDATING_WEBHOOK_CONFIG,
         want,
     )
@@ -239,7 +236,7 @@ impl CaBundles for ValidatingWebhookConfiguration {
 
 /// Applies `caBundle` to each webhook of the configuration `name` where it differs (absent
 /// configuration: nothing to do).
-async fn ensure_bundle_in<K>(client: &Client, name: &str, want: &[u8]) -> Result<(), Error>
+async fn ensure_bundle_in<K>(writer: &Writer, name: &str, want: &[u8]) -> Result<(), Error>
 where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
         + CaBundles
@@ -248,7 +245,7 @@ where
         + std::fmt::Debug,
 {
     let kind = K::kind(&()).to_string();
-    let api = Api::<K>::all(client.clone());
+    let api = Api::<K>::all(writer.client().clone());
     let current = api
         .get_opt(name)
         .await
@@ -263,14 +260,10 @@ where
         return Ok(());
     }
     let body = ca_bundle_patch(&K::api_version(&()), &kind, name, &hooks, want);
-    api.patch(
-        name,
-        &PatchParams::apply(names::FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(|e| Error::kube(format!("writing the CA bundle into {kind} {name}"), e))?;
-    tracing::info!(%kind, name, "CA bundle written");
+    writer
+        .write(&api, name, &Patch::Apply(&body), "the webhook CA bundle")
+        .await
+        .map_err(|e| Error::kube(format!("writing the CA bundle into {kind} {name}"), e))?;
     Ok(())
 }
 
@@ -340,12 +333,11 @@ pub fn observe(metrics: &Metrics, name: &str, pem: &str) {
 
 /// One pass over the webhook certificates; returns when to look again.
 pub async fn reconcile_webhook_certs(
-    client: &Client,
+    applier: &Applier,
     s: &WebhookCertSettings,
     metrics: &Metrics,
-    proof: &Arc<crate::ownership::Proof>,
 ) -> Result<OffsetDateTime, Error> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &s.namespace);
+    let secrets: Api<Secret> = Api::namespaced(applier.writer().client().clone(), &s.namespace);
     let ca = secrets
         .get_opt(names::WEBHOOK_CA_SECRET)
         .await
@@ -372,8 +364,7 @@ pub async fn reconcile_webhook_certs(
         })?;
     // Order matters: trust first (CA Secret, then the bundle in the configurations), serve second.
     ensure_secret(
-        client,
-        proof,
+        applier,
         secret_body(
             &s.namespace,
             names::WEBHOOK_CA_SECRET,
@@ -382,10 +373,9 @@ pub async fn reconcile_webhook_certs(
         ),
     )
     .await?;
-    ensure_ca_bundle(client, &plan.bundle).await?;
+    ensure_ca_bundle(applier.writer(), &plan.bundle).await?;
     ensure_secret(
-        client,
-        proof,
+        applier,
         secret_body(
             &s.namespace,
             names::WEBHOOK_CERT_SECRET,
@@ -422,12 +412,12 @@ pub async fn reconcile_webhook_certs(
 /// Keeps the webhook certificates current: plans at each scheduled time (no polling) and whenever
 /// one of the Secrets or webhook configurations changes (drift repair).
 pub async fn run_webhook_certs(
-    client: Client,
+    applier: Applier,
     settings: WebhookCertSettings,
     metrics: Arc<Metrics>,
-    proof: Arc<crate::ownership::Proof>,
 ) {
     use futures::StreamExt;
+    let client = applier.writer().client().clone();
     let notify = Arc::new(tokio::sync::Notify::new());
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
     let streams = futures::stream::select_all(vec![
@@ -450,7 +440,7 @@ pub async fn run_webhook_certs(
         }
     });
     loop {
-        let wait = match reconcile_webhook_certs(&client, &settings, &metrics, &proof).await {
+        let wait = match reconcile_webhook_certs(&applier, &settings, &metrics).await {
             Ok(next) => {
                 let secs = (next - OffsetDateTime::now_utc())
                     .as_seconds_f64()

@@ -15,14 +15,15 @@ use std::collections::BTreeMap;
 
 use cp_api::{ConnectivityProxy, ConnectivityProxySpec, names};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch};
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 pub use import::{ImportError, import};
 pub use plan::{Blocker, Plan};
 
 use crate::Error;
+use crate::apply::{Applier, MergePatch, Writer};
 use crate::desired::Kind;
 use legacy::{LEGACY_KINDS, LEGACY_SERVICE_KEY};
 use plan::Disposition;
@@ -96,6 +97,8 @@ pub enum Outcome {
 
 /// The value of [`MIGRATION_ANNOTATION`] while a takeover runs.
 const IN_PROGRESS: &str = "in-progress";
+/// The value of [`MIGRATION_ANNOTATION`] once a takeover is done.
+const DONE: &str = "done";
 
 /// What the next migration step is decided from ([`gather`]).
 #[derive(Clone, Debug)]
@@ -155,7 +158,7 @@ pub enum Step {
         /// Backups to write first.
         backups: Backups,
         /// The CR merge patch: the imported `spec` and the imported annotation.
-        patch: Value,
+        patch: MergePatch,
         /// The `spec.config` paths imported.
         imported: Vec<String>,
     },
@@ -248,15 +251,26 @@ pub fn decide(spec: &ConnectivityProxySpec, facts: &Facts) -> Step {
         } else {
             plan.imported.join(",")
         };
-        let mut spec = json!({"config": plan.config});
-        if let Some(secret) = &plan.service_key_secret {
-            spec["secretConfig"] =
-                json!({"integration": {"connectivityService": {"secretName": secret}}});
-        }
+        let spec = ImportedSpec {
+            config: plan.config,
+            secret_config: plan
+                .service_key_secret
+                .map(|secret| cp_api::cp::SecretConfig {
+                    integration: Some(cp_api::cp::SecretIntegration {
+                        connectivity_service: Some(cp_api::cp::ConnectivityServiceSecret {
+                            secret_name: Some(secret),
+                            secret_data: None,
+                        }),
+                        auditlog_service: None,
+                    }),
+                }),
+        };
         return Step::Import {
             id: id.clone(),
             backups,
-            patch: json!({"metadata": {"annotations": {IMPORTED_ANNOTATION: summary}}, "spec": spec}),
+            patch: MergePatch::default()
+                .annotation(IMPORTED_ANNOTATION, Some(&summary))
+                .spec(crate::desired::body(&spec)),
             imported: plan.imported,
         };
     }
@@ -266,6 +280,16 @@ pub fn decide(spec: &ConnectivityProxySpec, facts: &Facts) -> Step {
         objects: plan.teardown,
         left_alone: plan.left_alone,
     }
+}
+
+/// The `spec` the import merges into the CR: the imported `spec.config` and, in shared tenant mode,
+/// the user's service-key Secret.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ImportedSpec {
+    config: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    secret_config: Option<cp_api::cp::SecretConfig>,
 }
 
 /// A takeover id: UTC time to the second, usable in object names.
@@ -283,52 +307,55 @@ fn new_takeover_id() -> String {
 }
 
 async fn patch_cr(
-    client: &Client,
+    writer: &Writer,
     cr: &ConnectivityProxy,
-    patch: serde_json::Value,
+    patch: &(impl serde::Serialize + std::fmt::Debug),
     what: &str,
 ) -> Result<(), Error> {
     let api: Api<ConnectivityProxy> =
-        Api::namespaced(client.clone(), &cr.namespace().unwrap_or_default());
-    api.patch(
-        &cr.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(|e| Error::kube(what.to_string(), e))?;
+        Api::namespaced(writer.client().clone(), &cr.namespace().unwrap_or_default());
+    writer
+        .write(&api, &cr.name_any(), &Patch::Merge(patch), what)
+        .await
+        .map_err(|e| Error::kube(what.to_string(), e))?;
     Ok(())
 }
 
+/// The CR's takeover annotations as a merge patch (`None` removes one).
+fn annotations(pairs: &[(&str, Option<&str>)]) -> MergePatch {
+    pairs
+        .iter()
+        .fold(MergePatch::default(), |p, (k, v)| p.annotation(k, *v))
+}
+
 /// Runs the next migration step, if any: [`gather`] → [`decide`] → [`execute`].
-pub async fn migrate(
-    client: &Client,
-    proof: &crate::ownership::Proof,
-    cr: &ConnectivityProxy,
-) -> Result<Outcome, Error> {
-    let facts = gather(client, proof, cr).await?;
-    execute(client, proof, cr, decide(&cr.spec, &facts)).await
+pub async fn migrate(applier: &Applier, cr: &ConnectivityProxy) -> Result<Outcome, Error> {
+    let facts = gather(applier.writer().client(), applier.proof(), cr).await?;
+    execute(applier, cr, decide(&cr.spec, &facts)).await
 }
 
 /// Carries out `step`: exactly its writes, in order (a new takeover id is taken from the clock here).
 pub async fn execute(
-    client: &Client,
-    proof: &crate::ownership::Proof,
+    applier: &Applier,
     cr: &ConnectivityProxy,
     step: Step,
 ) -> Result<Outcome, Error> {
     use cp_api::reason::Reason;
     let ns = cr.namespace().unwrap_or_default();
+    let writer = applier.writer();
     match step {
         Step::NotNeeded => Ok(Outcome::NotNeeded),
         Step::Start => {
             // Earlier backups stay as history; this takeover writes its own.
             let id = new_takeover_id();
             patch_cr(
-                client,
+                writer,
                 cr,
-                json!({"metadata": {"annotations": {MIGRATION_ANNOTATION: IN_PROGRESS,
-                    TAKEOVER_ID_ANNOTATION: id, IMPORTED_ANNOTATION: null}}}),
+                &annotations(&[
+                    (MIGRATION_ANNOTATION, Some(IN_PROGRESS)),
+                    (TAKEOVER_ID_ANNOTATION, Some(&id)),
+                    (IMPORTED_ANNOTATION, None),
+                ]),
                 "starting the takeover",
             )
             .await?;
@@ -337,9 +364,9 @@ pub async fn execute(
         }
         Step::RecordId => {
             patch_cr(
-                client,
+                writer,
                 cr,
-                json!({"metadata": {"annotations": {TAKEOVER_ID_ANNOTATION: new_takeover_id()}}}),
+                &annotations(&[(TAKEOVER_ID_ANNOTATION, Some(&new_takeover_id()))]),
                 "recording the takeover id",
             )
             .await?;
@@ -348,9 +375,9 @@ pub async fn execute(
         Step::CloseNoEvidence { id } => {
             tracing::warn!(takeover = %id, "takeover annotation without any legacy installation: nothing taken over");
             patch_cr(
-                client,
+                writer,
                 cr,
-                json!({"metadata": {"annotations": {MIGRATION_ANNOTATION: "done"}}}),
+                &annotations(&[(MIGRATION_ANNOTATION, Some(DONE))]),
                 "closing a takeover without a legacy installation",
             )
             .await?;
@@ -363,11 +390,11 @@ pub async fn execute(
             patch,
             imported,
         } => {
-            backup(client, proof, &ns, &id, &backups).await?;
+            backup(applier, &ns, &id, &backups).await?;
             patch_cr(
-                client,
+                writer,
                 cr,
-                patch,
+                &patch,
                 "importing the legacy configuration into the CR",
             )
             .await?;
@@ -380,15 +407,15 @@ pub async fn execute(
             objects,
             left_alone,
         } => {
-            backup(client, proof, &ns, &id, &backups).await?;
-            take_over_mapping_crd(client).await?;
+            backup(applier, &ns, &id, &backups).await?;
+            take_over_mapping_crd(writer).await?;
             for object in &objects {
-                tear_down(client, proof, object).await?;
+                tear_down(applier, object).await?;
             }
             patch_cr(
-                client,
+                writer,
                 cr,
-                json!({"metadata": {"annotations": {MIGRATION_ANNOTATION: "done"}}}),
+                &annotations(&[(MIGRATION_ANNOTATION, Some(DONE))]),
                 "finishing the takeover",
             )
             .await?;
@@ -403,11 +430,8 @@ pub async fn execute(
 }
 
 /// Adopts, deletes or keeps one legacy object (a deletion of an object already gone succeeds).
-async fn tear_down(
-    client: &Client,
-    proof: &crate::ownership::Proof,
-    object: &plan::Teardown,
-) -> Result<(), Error> {
+async fn tear_down(applier: &Applier, object: &plan::Teardown) -> Result<(), Error> {
+    let (client, proof) = (applier.writer().client(), applier.proof());
     let found = &object.found;
     let Some(kind) = LEGACY_KINDS.get(found.kind_index) else {
         return Ok(());
@@ -426,35 +450,38 @@ async fn tear_down(
             // Relabel as ours, with the ownership proof; the install then applies our content over it.
             let ns = (!found.namespace.is_empty()).then_some(found.namespace.as_str());
             let token = proof.token_of(&ar, ns, &found.name, None);
-            let patch = json!({"metadata": {"labels": {
-                names::LABEL_MANAGED_BY: names::MANAGED_BY_VALUE,
-                names::LABEL_MODULE: names::MODULE_VALUE,
-                names::LEGACY_LABEL_MANAGED_BY: null},
-                "annotations": {cp_api::keys::OWNERSHIP_PROOF_ANNOTATION: token}}});
-            api.patch(&found.name, &PatchParams::default(), &Patch::Merge(&patch))
+            let patch = MergePatch::default()
+                .label(names::LABEL_MANAGED_BY, Some(names::MANAGED_BY_VALUE))
+                .label(names::LABEL_MODULE, Some(names::MODULE_VALUE))
+                .label(names::LEGACY_LABEL_MANAGED_BY, None)
+                .annotation(cp_api::keys::OWNERSHIP_PROOF_ANNOTATION, Some(&token));
+            applier
+                .writer()
+                .write(
+                    &api,
+                    &found.name,
+                    &Patch::Merge(&patch),
+                    "adopting a legacy object",
+                )
                 .await
                 .map_err(|e| Error::kube(format!("adopting legacy {}", found.display()), e))?;
-            tracing::info!(object = %found.display(), "legacy object adopted");
         }
         Disposition::Keep => {}
-        Disposition::Delete => match api.delete(&found.name, &DeleteParams::background()).await {
-            Ok(_) => tracing::info!(object = %found.display(), "legacy object removed"),
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => {
-                return Err(Error::kube(
-                    format!("removing legacy {}", found.display()),
-                    e,
-                ));
-            }
-        },
+        Disposition::Delete => {
+            applier
+                .writer()
+                .remove(&api, &found.name, &found.read, "removing a legacy object")
+                .await
+                .map_err(|e| Error::kube(format!("removing legacy {}", found.display()), e))?;
+        }
     }
     Ok(())
 }
 
 /// The ServiceMapping CRD becomes the module's (metadata only, never deleted).
-async fn take_over_mapping_crd(client: &Client) -> Result<(), Error> {
+async fn take_over_mapping_crd(writer: &Writer) -> Result<(), Error> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crds: Api<CustomResourceDefinition> = Api::all(writer.client().clone());
     let crd_name = "servicemappings.connectivityproxy.sap.com";
     if crds
         .get_opt(crd_name)
@@ -462,8 +489,14 @@ async fn take_over_mapping_crd(client: &Client) -> Result<(), Error> {
         .map_err(|e| Error::kube("reading the ServiceMapping CRD", e))?
         .is_some()
     {
-        let patch = json!({"metadata": {"labels": {names::LABEL_MODULE: names::MODULE_VALUE}}});
-        crds.patch(crd_name, &PatchParams::default(), &Patch::Merge(&patch))
+        let patch = MergePatch::default().label(names::LABEL_MODULE, Some(names::MODULE_VALUE));
+        writer
+            .write(
+                &crds,
+                crd_name,
+                &Patch::Merge(&patch),
+                "taking over the ServiceMapping CRD",
+            )
             .await
             .map_err(|e| Error::kube("taking over the ServiceMapping CRD", e))?;
     }
@@ -473,16 +506,20 @@ async fn take_over_mapping_crd(client: &Client) -> Result<(), Error> {
 /// Writes this takeover's backups of the live legacy ConfigMaps and the legacy service key, each once.
 /// Each backup carries the ownership proof over its data; an object already under a backup's name
 /// that is not the operator's is never overwritten ([`Error::NotOurs`]).
-async fn backup(
-    client: &Client,
-    proof: &crate::ownership::Proof,
-    ns: &str,
-    id: &str,
-    backups: &Backups,
-) -> Result<(), Error> {
-    let meta = |name: &str, original: &str| {
-        json!({"name": cp_api::keys::backup_name(name, id), "namespace": BACKUP_NAMESPACE, "labels": names::managed_labels(),
-            "annotations": {BACKUP_OF_ANNOTATION: format!("{ns}/{original}"), TAKEOVER_ID_ANNOTATION: id}})
+async fn backup(applier: &Applier, ns: &str, id: &str, backups: &Backups) -> Result<(), Error> {
+    let (client, proof) = (applier.writer().client(), applier.proof());
+    let meta = |name: &str, original: &str| kube::api::ObjectMeta {
+        name: Some(cp_api::keys::backup_name(name, id)),
+        namespace: Some(BACKUP_NAMESPACE.into()),
+        labels: Some(names::managed_labels()),
+        annotations: Some(
+            [
+                (BACKUP_OF_ANNOTATION.to_string(), format!("{ns}/{original}")),
+                (TAKEOVER_ID_ANNOTATION.to_string(), id.to_string()),
+            ]
+            .into(),
+        ),
+        ..Default::default()
     };
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), BACKUP_NAMESPACE);
     for (name, data) in &backups.config_maps {
@@ -498,24 +535,26 @@ async fn backup(
                 "ConfigMap {BACKUP_NAMESPACE}/{backup_name}"
             )));
         }
-        let mut body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name, name), "data": data});
+        let mut body = crate::desired::body(&ConfigMap {
+            metadata: meta(name, name),
+            data: Some(data.clone()),
+            ..Default::default()
+        });
         proof.stamp(
             Kind::ConfigMap,
             &mut body,
             Some(&crate::ownership::backup_content(data)),
         );
-        cms.patch(
-            &backup_name,
-            &PatchParams::apply(names::FIELD_MANAGER),
-            &Patch::Apply(&body),
-        )
-        .await
-        .map_err(|e| Error::kube(format!("backing up ConfigMap {name}"), e))?;
-        tracing::info!(
-            name,
-            takeover = id,
-            "legacy ConfigMap backed up to {BACKUP_NAMESPACE}"
-        );
+        applier
+            .writer()
+            .write(
+                &cms,
+                &backup_name,
+                &Patch::Apply(&body),
+                "backing up a legacy ConfigMap",
+            )
+            .await
+            .map_err(|e| Error::kube(format!("backing up ConfigMap {name}"), e))?;
     }
     if backups.service_key {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), BACKUP_NAMESPACE);
@@ -543,18 +582,25 @@ async fn backup(
                 .await
                 .map_err(|e| Error::kube("reading the legacy service-key Secret", e))?
         {
-            let data = crate::ownership::secret_strings(&key.data.unwrap_or_default());
-            let mut body = json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta(LEGACY_SERVICE_KEY, LEGACY_SERVICE_KEY), "data": data});
+            let data =
+                crate::ownership::secret_strings(&key.data.as_ref().cloned().unwrap_or_default());
+            let mut body = crate::desired::body(&Secret {
+                metadata: meta(LEGACY_SERVICE_KEY, LEGACY_SERVICE_KEY),
+                data: key.data,
+                ..Default::default()
+            });
             proof.stamp(
                 Kind::Secret,
                 &mut body,
                 Some(&crate::ownership::backup_content(&data)),
             );
-            secrets
-                .patch(
+            applier
+                .writer()
+                .write(
+                    &secrets,
                     &backup_name,
-                    &PatchParams::apply(names::FIELD_MANAGER),
                     &Patch::Apply(&body),
+                    "backing up the legacy service key",
                 )
                 .await
                 .map_err(|e| Error::kube("backing up the legacy service key", e))?;

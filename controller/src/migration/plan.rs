@@ -38,6 +38,9 @@ pub struct Found {
     /// Index into [`LEGACY_KINDS`].
     #[serde(skip)]
     pub kind_index: usize,
+    /// Its UID and resourceVersion as read: it is deleted only while they are still these.
+    #[serde(skip)]
+    pub read: (Option<String>, Option<String>),
 }
 
 impl Found {
@@ -230,6 +233,7 @@ pub async fn gather(
                         && !o.labels().contains_key(names::LEGACY_LABEL_MANAGED_BY),
                     marked: super::legacy_marked(&o.metadata),
                     kind_index: i,
+                    read: (o.metadata.uid.clone(), o.metadata.resource_version.clone()),
                 });
             }
         }
@@ -483,6 +487,7 @@ pub(super) mod tests {
                     ours: false,
                     marked: true,
                     kind_index: i,
+                    read: Default::default(),
                 });
             }
         }

@@ -127,6 +127,7 @@ fn the_import_backs_up_first_and_patches_spec_and_annotation() {
     else {
         panic!("not an import");
     };
+    let patch = serde_json::to_value(&patch).expect("JSON");
     assert_eq!(id, ID);
     let names: Vec<&str> = backups
         .config_maps
@@ -174,6 +175,7 @@ fn a_shared_tenant_import_references_the_users_service_key() {
     let Step::Import { patch, .. } = decided(&in_progress(false, legacy_facts(&cfg))) else {
         panic!("not an import");
     };
+    let patch = serde_json::to_value(&patch).expect("JSON");
     assert_eq!(
         patch["spec"]["secretConfig"]["integration"]["connectivityService"]["secretName"],
         json!(LEGACY_SERVICE_KEY)

@@ -81,6 +81,27 @@ pub struct Write {
     pub cached_version: Option<String>,
 }
 
+/// A managed object to delete, as read: it is deleted only while its UID and resourceVersion are
+/// still these.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prune {
+    /// Its kind.
+    pub kind: Kind,
+    /// Its metadata as cached.
+    pub meta: kube::api::ObjectMeta,
+}
+
+impl Prune {
+    /// The cache key.
+    pub fn key(&self) -> Key {
+        (
+            self.kind,
+            self.meta.namespace.clone(),
+            self.meta.name.clone().unwrap_or_default(),
+        )
+    }
+}
+
 /// The install plan.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Install {
@@ -89,7 +110,7 @@ pub struct Install {
     /// How many objects are desired.
     pub desired: usize,
     /// Managed objects of this CR that are no longer desired.
-    pub prune: Vec<Key>,
+    pub prune: Vec<Prune>,
     /// Conditions that passed (for a status that reports a failed apply).
     pub passed: Vec<Cond>,
     /// The status once everything is written.
@@ -453,7 +474,7 @@ fn changes(
     facts: &Facts,
     skip_mappings: bool,
     keep: Option<Key>,
-) -> (Vec<Write>, Vec<Key>) {
+) -> (Vec<Write>, Vec<Prune>) {
     let mut desired_keys: BTreeSet<Key> = keep.into_iter().collect();
     let mut writes = Vec::new();
     for (d, digest) in objects.iter().zip(digests) {
@@ -485,9 +506,12 @@ fn changes(
     }
     let prune = facts
         .owned
-        .keys()
-        .filter(|k| !desired_keys.contains(*k))
-        .cloned()
+        .iter()
+        .filter(|(k, _)| !desired_keys.contains(*k))
+        .map(|(k, o)| Prune {
+            kind: k.0,
+            meta: o.metadata.clone(),
+        })
         .collect();
     (writes, prune)
 }
