@@ -153,10 +153,8 @@ pub async fn delete_crd(client: &Client, name: &str) -> anyhow::Result<()> {
         &format!("CRD {name} deleted"),
         Duration::from_secs(60),
         || async {
-            Ok(api
-                .get_opt(name)
-                .await
-                .map_err(|e| e.to_string())?
+            Ok(crate::wait::get_opt(&api, name)
+                .await?
                 .is_none()
                 .then_some(()))
         },

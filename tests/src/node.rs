@@ -615,10 +615,7 @@ impl Cluster {
                 Duration::from_secs(30),
                 || async {
                     let sa = sas.get_opt("default").await.map_err(|e| e.to_string())?;
-                    let cm = cms
-                        .get_opt("kube-root-ca.crt")
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    let cm = crate::wait::get_opt(&cms, "kube-root-ca.crt").await?;
                     Ok((sa.is_some() && cm.is_some()).then_some(()))
                 },
             )

@@ -27,10 +27,7 @@ pub async fn assert_mappings_published(admin: &Client, expected: &MappingSnapsho
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), cp_api::names::KYMA_SYSTEM);
     let what = "every ServiceMapping in the published ConfigMap";
     crate::wait::until(what, Duration::from_secs(30), || async {
-        let cm = cms
-            .get(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS)
-            .await
-            .map_err(|e| e.to_string())?;
+        let cm = crate::wait::get(&cms, cp_api::names::CONFIGMAP_SERVICE_MAPPINGS).await?;
         let data = cm
             .data
             .and_then(|d| {

@@ -146,18 +146,8 @@ async fn clean(admin: &Client) {
         "no ConnectivityProxy and no ServiceMapping left",
         Duration::from_secs(30),
         || async {
-            let n = all
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .len();
-            let m = maps
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .len();
+            let n = crate::wait::list(&all).await?.items.len();
+            let m = crate::wait::list(&maps).await?.items.len();
             Ok((n == 0 && m == 0).then_some(()))
         },
     )
@@ -338,10 +328,7 @@ pub async fn edit_cr(
 /// `onpremise_proxy_http_port` as ConfigMap `connectivity-proxy-info` (of `cms`) publishes it (empty
 /// without one).
 pub async fn info_http_port(cms: &Api<ConfigMap>) -> Result<String, String> {
-    let info = cms
-        .get("connectivity-proxy-info")
-        .await
-        .map_err(|e| e.to_string())?;
+    let info = crate::wait::get(cms, "connectivity-proxy-info").await?;
     Ok(info
         .data
         .and_then(|d| d.get("onpremise_proxy_http_port").cloned())

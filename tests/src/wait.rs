@@ -82,6 +82,32 @@ where
     .await
 }
 
+/// `api.get(name)` for a wait's check: a failed read becomes the observation (`Err` with its text).
+pub async fn get<K>(api: &kube::api::Api<K>, name: &str) -> Result<K, String>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get(name).await.map_err(|e| e.to_string())
+}
+
+/// `api.get_opt(name)` for a wait's check ([`get`]).
+pub async fn get_opt<K>(api: &kube::api::Api<K>, name: &str) -> Result<Option<K>, String>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get_opt(name).await.map_err(|e| e.to_string())
+}
+
+/// Every object of `api` for a wait's check ([`get`]).
+pub async fn list<K>(api: &kube::api::Api<K>) -> Result<kube::core::ObjectList<K>, String>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list(&Default::default())
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// Waits until `api`'s object `name` exists; fails after `timeout`.
 pub async fn present<K>(
     api: &kube::api::Api<K>,

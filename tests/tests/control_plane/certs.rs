@@ -14,7 +14,7 @@ use cp_tests::manifest;
 use cp_tests::shared::{EDITOR_RBAC, alice_client, control_plane};
 use cp_tests::webhook::{Webhook, metric};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::Mutex;
 
@@ -203,10 +203,8 @@ async fn webhook_certificate_and_ca_rotate_without_a_failed_admission_request() 
         .expect("delete");
     let all: Api<ConnectivityProxy> = Api::all(admin.clone());
     cp_tests::wait::until("no CR left", Duration::from_secs(20), || async {
-        Ok(all
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?
+        Ok(cp_tests::wait::list(&all)
+            .await?
             .items
             .is_empty()
             .then_some(()))
@@ -256,11 +254,7 @@ async fn built_in_tunnel_certificate_is_renewed_again_and_again() {
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), "istio-system");
     let name = names::tls_secret_name("connectivity-proxy", "kyma-system");
     cp_tests::wait::until("the tunnel TLS Secret", Duration::from_secs(20), || async {
-        Ok(secrets
-            .get_opt(&name)
-            .await
-            .map_err(|e| e.to_string())?
-            .map(|_| ()))
+        Ok(cp_tests::wait::get_opt(&secrets, &name).await?.map(|_| ()))
     })
     .await
     .expect("tunnel secret");

@@ -107,10 +107,7 @@ async fn only_objects_with_the_ownership_proof_are_written_pruned_or_deleted() {
         "the adoption window closed",
         Duration::from_secs(20),
         || async {
-            let key = secrets
-                .get(names::OWNERSHIP_KEY_SECRET)
-                .await
-                .map_err(|e| e.to_string())?;
+            let key = cp_tests::wait::get(&secrets, names::OWNERSHIP_KEY_SECRET).await?;
             Ok((!key.annotations().contains_key(ADOPTING_ANNOTATION)).then_some(()))
         },
     )

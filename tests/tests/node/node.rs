@@ -151,11 +151,7 @@ async fn install(cluster: &Cluster) -> anyhow::Result<()> {
         "the proxy's init container failing at ulimit -n 64000",
         Duration::from_secs(120),
         || async {
-            let Some(p) = pods
-                .get_opt("connectivity-proxy-0")
-                .await
-                .map_err(|e| e.to_string())?
-            else {
+            let Some(p) = cp_tests::wait::get_opt(&pods, "connectivity-proxy-0").await? else {
                 return Err("no proxy pod yet".into());
             };
             let st = p.status.unwrap_or_default();
@@ -181,10 +177,8 @@ async fn install(cluster: &Cluster) -> anyhow::Result<()> {
         "the CR in Warning ProxyPodFailing",
         Duration::from_secs(60),
         || async {
-            let st = cr
-                .get(CR)
-                .await
-                .map_err(|e| e.to_string())?
+            let st = cp_tests::wait::get(&cr, CR)
+                .await?
                 .status
                 .unwrap_or_default();
             let failing = st
@@ -868,18 +862,12 @@ async fn edit_reaches_the_proxy(cluster: &Cluster, port: i64) -> anyhow::Result<
         &format!("the proxy pod listening on {port}"),
         Duration::from_secs(180),
         || async {
-            let s = sts
-                .get(names::STATEFULSET)
-                .await
-                .map_err(|e| e.to_string())?;
+            let s = cp_tests::wait::get(&sts, names::STATEFULSET).await?;
             let st = s.status.unwrap_or_default();
             if st.update_revision != st.current_revision || st.ready_replicas.unwrap_or(0) < 1 {
                 return Err(format!("rolling: {st:?}"));
             }
-            let p = pods
-                .get("connectivity-proxy-0")
-                .await
-                .map_err(|e| e.to_string())?;
+            let p = cp_tests::wait::get(&pods, "connectivity-proxy-0").await?;
             let config = standin_config(cluster, &pod_name(&p)).map_err(|e| format!("{e:#}"))?;
             Ok((config["servers"]["proxy"]["http"]["port"] == port).then_some(()))
         },
@@ -910,10 +898,7 @@ async fn controller_pod_replaced(cluster: &Cluster) -> anyhow::Result<()> {
         "the new pod holding the Lease",
         Duration::from_secs(60),
         || async {
-            let list = leases
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
+            let list = cp_tests::wait::list(&leases).await?;
             let holders: Vec<String> = list
                 .items
                 .iter()
@@ -1004,11 +989,7 @@ async fn webhook_pod_deleted_under_load(cluster: &Cluster) -> anyhow::Result<()>
                 victim_ip.clone(),
             );
             async move {
-                let gone = pods
-                    .get_opt(&victim)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .is_none();
+                let gone = cp_tests::wait::get_opt(&pods, &victim).await?.is_none();
                 let listed =
                     slices
                         .list(&ListParams::default().labels(
@@ -1058,10 +1039,8 @@ async fn uninstall(
     let cr: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
     cr.delete(CR, &DeleteParams::default()).await?;
     cp_tests::wait::until("the CR gone", Duration::from_secs(120), || async {
-        Ok(cr
-            .get_opt(CR)
-            .await
-            .map_err(|e| e.to_string())?
+        Ok(cp_tests::wait::get_opt(&cr, CR)
+            .await?
             .is_none()
             .then_some(()))
     })

@@ -101,10 +101,7 @@ async fn cycling_secret_names_leaves_no_watch_and_no_connection_behind() {
                 &format!("the CR reconciled with Secret {name}"),
                 Duration::from_secs(20),
                 || async {
-                    let cr = api
-                        .get("connectivity-proxy")
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    let cr = cp_tests::wait::get(&api, "connectivity-proxy").await?;
                     let d = cr.status.and_then(|s| s.description).unwrap_or_default();
                     Ok(d.contains(&format!("Secret {NS}/{name},")).then_some(()))
                 },

@@ -82,10 +82,7 @@ async fn a_thousand_service_mappings_are_aggregated_and_get_endpoints() {
         "every mapping has its endpoint and the takeover label",
         Duration::from_secs(90),
         || async {
-            let list = api
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
+            let list = cp_tests::wait::list(&api).await?;
             let missing = list
                 .items
                 .iter()

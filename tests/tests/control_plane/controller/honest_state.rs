@@ -13,10 +13,11 @@ use serde_json::{Value, json};
 
 /// The mapping names ConfigMap `connectivity-proxy-service-mappings` publishes.
 async fn published(admin: &Client) -> Result<Vec<String>, String> {
-    let cm = Api::<ConfigMap>::namespaced(admin.clone(), NS)
-        .get(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS)
-        .await
-        .map_err(|e| e.to_string())?;
+    let cm = cp_tests::wait::get(
+        &Api::<ConfigMap>::namespaced(admin.clone(), NS),
+        cp_api::names::CONFIGMAP_SERVICE_MAPPINGS,
+    )
+    .await?;
     let json = cm
         .data
         .and_then(|d| {
@@ -177,10 +178,8 @@ async fn wait_key_warning(admin: &Client, text: &[&str]) {
         &format!("Warning ServiceKeyInvalid naming {text:?}"),
         Duration::from_secs(20),
         || async {
-            let st = api
-                .get("connectivity-proxy")
-                .await
-                .map_err(|e| e.to_string())?
+            let st = cp_tests::wait::get(&api, "connectivity-proxy")
+                .await?
                 .status
                 .unwrap_or_default();
             let d = st.description.clone().unwrap_or_default();
