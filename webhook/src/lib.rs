@@ -4,11 +4,13 @@
 
 pub mod admission;
 pub mod cache;
+pub mod cli;
 pub mod index;
 pub mod limits;
 pub mod memory;
 pub mod metrics;
 pub mod privileged;
+pub mod runtime;
 pub mod server;
 pub mod tls;
 

@@ -512,9 +512,15 @@ async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
     }
 }
 
-/// Serves plain HTTP.
-pub async fn serve_plain(addr: SocketAddr, router: Router) -> std::io::Result<()> {
-    let listener = TcpListener::bind(addr).await?;
+/// Binds a listener on `addr` (the error names the address).
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, crate::Error> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| crate::Error::Bind { addr, source })
+}
+
+/// Serves `router` over plain HTTP on `listener` (the metrics server).
+pub async fn serve_plain(listener: TcpListener, router: Router) -> std::io::Result<()> {
     axum::serve(listener, router).await
 }
 

@@ -281,6 +281,32 @@ pub async fn watch_files(
     }
 }
 
+/// The PEM certificate chain and key of a `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`), if it
+/// holds both.
+pub fn secret_pem(secret: &k8s_openapi::api::core::v1::Secret) -> Option<(&[u8], &[u8])> {
+    let data = secret.data.as_ref()?;
+    Some((&data.get("tls.crt")?.0, &data.get("tls.key")?.0))
+}
+
+/// Keeps `store` current from `source`: [`watch_files`] or [`watch_secret`].
+pub async fn watch(
+    store: Arc<CertStore>,
+    metrics: Arc<Metrics>,
+    client: kube::Client,
+    source: CertSource,
+) {
+    match source {
+        CertSource::Files {
+            cert,
+            key,
+            interval,
+        } => watch_files(store, metrics, cert, key, interval).await,
+        CertSource::Secret { namespace, name } => {
+            watch_secret(store, metrics, client, namespace, name).await
+        }
+    }
+}
+
 /// Watches a TLS Secret and swaps in changes.
 pub async fn watch_secret(
     store: Arc<CertStore>,
@@ -300,15 +326,12 @@ pub async fn watch_secret(
         .boxed();
     while let Some(ev) = stream.next().await {
         match ev {
-            Ok(secret) => {
-                let data = secret.data.unwrap_or_default();
-                match (data.get("tls.crt"), data.get("tls.key")) {
-                    (Some(c), Some(k)) => apply_update(&store, &metrics, &c.0, &k.0),
-                    _ => {
-                        tracing::warn!(%namespace, %name, "serving certificate Secret lacks tls.crt or tls.key")
-                    }
+            Ok(secret) => match secret_pem(&secret) {
+                Some((c, k)) => apply_update(&store, &metrics, c, k),
+                None => {
+                    tracing::warn!(%namespace, %name, "serving certificate Secret lacks tls.crt or tls.key")
                 }
-            }
+            },
             Err(e) => tracing::warn!(error = %e, "watching the serving certificate Secret"),
         }
     }
