@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use cp_api::ServiceMapping;
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 
@@ -24,17 +23,9 @@ pub async fn mappings(admin: &Client) -> MappingSnapshot {
 
 /// Every mapping's serviceId is in the ConfigMap the Connectivity Proxy reads.
 pub async fn assert_mappings_published(admin: &Client, expected: &MappingSnapshot) {
-    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), cp_api::names::KYMA_SYSTEM);
     let what = "every ServiceMapping in the published ConfigMap";
     crate::wait::until(what, Duration::from_secs(30), || async {
-        let cm = crate::wait::get(&cms, cp_api::names::CONFIGMAP_SERVICE_MAPPINGS).await?;
-        let data = cm
-            .data
-            .and_then(|d| {
-                d.get(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS_KEY)
-                    .cloned()
-            })
-            .unwrap_or_default();
+        let data = crate::support::published_mappings(admin, cp_api::names::KYMA_SYSTEM).await?;
         let missing: Vec<String> = expected
             .values()
             .filter_map(|(_, spec)| spec["serviceId"].as_str())

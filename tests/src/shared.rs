@@ -18,6 +18,21 @@ pub fn control_plane() -> Arc<ControlPlane> {
     }
 }
 
+/// One test's turn on the shared control plane, for a group whose tests must not overlap: `turn` (the
+/// group's lock) held, then the control plane and a cluster-admin client.
+pub async fn take_turn(
+    turn: &'static tokio::sync::Mutex<()>,
+) -> (
+    tokio::sync::MutexGuard<'static, ()>,
+    Arc<ControlPlane>,
+    kube::Client,
+) {
+    let guard = turn.lock().await;
+    let cp = control_plane();
+    let admin = cp.admin().await.expect("admin");
+    (guard, cp, admin)
+}
+
 /// A user with edit rights on both kinds (and nothing else).
 pub const ALICE: &str = "alice";
 

@@ -335,6 +335,17 @@ pub async fn info_http_port(cms: &Api<ConfigMap>) -> Result<String, String> {
         .unwrap_or_default())
 }
 
+/// What ConfigMap `connectivity-proxy-service-mappings` in `ns` publishes: its JSON list of entries
+/// (empty without one); a failed read is the `Err` of a wait's check.
+pub async fn published_mappings(admin: &Client, ns: &str) -> Result<String, String> {
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+    let cm = crate::wait::get(&cms, cp_api::names::CONFIGMAP_SERVICE_MAPPINGS).await?;
+    let mut data = cm.data.unwrap_or_default();
+    Ok(data
+        .remove(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS_KEY)
+        .unwrap_or_default())
+}
+
 /// The proxy's configuration file `connectivity-proxy-config.yml` in ConfigMap `cm` (empty without
 /// one).
 pub fn proxy_config_yml(cm: ConfigMap) -> String {

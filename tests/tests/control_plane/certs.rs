@@ -11,7 +11,7 @@ use cp_tests::cluster::ensure_namespace;
 use cp_tests::controller::ControllerProcess;
 use cp_tests::fixtures::{self, default_connectivity_proxy, default_cr, install_our_crds};
 use cp_tests::manifest;
-use cp_tests::shared::{EDITOR_RBAC, alice_client, control_plane};
+use cp_tests::shared::{EDITOR_RBAC, alice_client, control_plane, take_turn};
 use cp_tests::webhook::{Webhook, metric};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
@@ -51,9 +51,7 @@ async fn controller() -> &'static ControllerProcess {
 
 #[tokio::test]
 async fn webhook_certificate_and_ca_rotate_without_a_failed_admission_request() {
-    let _turn = TURN.lock().await;
-    let cp = control_plane();
-    let admin = cp.admin().await.expect("admin");
+    let (_turn, cp, admin) = take_turn(&TURN).await;
     let ctrl = controller().await;
     manifest::apply_yaml(&admin, EDITOR_RBAC, None)
         .await
@@ -240,9 +238,7 @@ async fn delete_cr_and_wait(admin: &kube::Client) {
 
 #[tokio::test]
 async fn built_in_tunnel_certificate_is_renewed_again_and_again() {
-    let _turn = TURN.lock().await;
-    let cp = control_plane();
-    let admin = cp.admin().await.expect("admin");
+    let (_turn, _, admin) = take_turn(&TURN).await;
     controller().await;
     install_dependencies(&admin).await;
     let cr = default_connectivity_proxy("connectivity-proxy");
@@ -297,9 +293,7 @@ async fn built_in_tunnel_certificate_is_renewed_again_and_again() {
 
 #[tokio::test]
 async fn gardener_certificate_is_used_where_its_crd_exists() {
-    let _turn = TURN.lock().await;
-    let cp = control_plane();
-    let admin = cp.admin().await.expect("admin");
+    let (_turn, _, admin) = take_turn(&TURN).await;
     controller().await;
     install_dependencies(&admin).await;
     manifest::apply_file(&admin, &fixtures::path(fixtures::GARDENER_CERT_CRD), None)
@@ -374,9 +368,7 @@ async fn ca_bundles(admin: &kube::Client) -> Vec<String> {
 /// whoever can write that Secret cannot make the API server trust a CA of their own.
 #[tokio::test]
 async fn a_hand_added_previous_ca_never_reaches_the_ca_bundle() {
-    let _turn = TURN.lock().await;
-    let cp = control_plane();
-    let admin = cp.admin().await.expect("admin");
+    let (_turn, cp, admin) = take_turn(&TURN).await;
     controller().await;
     // The configurations exist (and admission keeps working) whichever test ran first.
     let wh = Webhook::start_from_secret(&cp, "cp-webhook-trust", &[])

@@ -6,7 +6,6 @@ use cp_api::ServiceMapping;
 use cp_tests::fixtures::service_mapping;
 use cp_tests::support::*;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
@@ -50,34 +49,21 @@ async fn a_thousand_service_mappings_are_aggregated_and_get_endpoints() {
         .try_collect::<Vec<_>>()
         .await
         .expect("1000 mappings created");
-    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), NS);
-    let count = |cm: &ConfigMap| -> usize {
-        let json = cm
-            .data
-            .as_ref()
-            .and_then(|d| d.get("servicemappings"))
-            .cloned()
-            .unwrap_or_default();
-        serde_json::from_str::<Vec<Value>>(&json)
-            .map(|v| v.len())
-            .unwrap_or(0)
-    };
-    cp_tests::wait::until_object(
-        &cms,
-        "connectivity-proxy-service-mappings",
-        "the ConfigMap holds 1000 mappings",
-        Duration::from_secs(60),
-        |cm| {
-            let n = count(&cm);
-            if n == 1000 {
+    // Waits until the mappings ConfigMap holds `want` entries.
+    let published = |want: usize, what: &'static str, secs: u64| {
+        cp_tests::wait::until(what, Duration::from_secs(secs), move || async move {
+            let json = published_mappings(admin, NS).await?;
+            let n = serde_json::from_str::<Vec<Value>>(&json).map_or(0, |v| v.len());
+            if n == want {
                 Ok(Some(()))
             } else {
                 Err(format!("{n} mappings"))
             }
-        },
-    )
-    .await
-    .expect("aggregated");
+        })
+    };
+    published(1000, "the ConfigMap holds 1000 mappings", 60)
+        .await
+        .expect("aggregated");
     cp_tests::wait::until(
         "every mapping has its endpoint and the takeover label",
         Duration::from_secs(90),
@@ -130,22 +116,9 @@ async fn a_thousand_service_mappings_are_aggregated_and_get_endpoints() {
             .await
             .expect("delete");
     }
-    cp_tests::wait::until_object(
-        &cms,
-        "connectivity-proxy-service-mappings",
-        "the ConfigMap reflects the deletions",
-        Duration::from_secs(30),
-        |cm| {
-            let n = count(&cm);
-            if n == 990 {
-                Ok(Some(()))
-            } else {
-                Err(format!("{n} mappings"))
-            }
-        },
-    )
-    .await
-    .expect("990");
+    published(990, "the ConfigMap reflects the deletions", 30)
+        .await
+        .expect("990");
     // Clean up quickly for the next test (deletion would otherwise be blocked by them).
     let _ = api
         .delete_collection(&DeleteParams::default(), &ListParams::default())

@@ -6,25 +6,14 @@ use std::time::Duration;
 use cp_api::{ConnectivityProxy, ServiceMapping, State};
 use cp_tests::fixtures::{secret, service_mapping};
 use cp_tests::support::*;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// The mapping names ConfigMap `connectivity-proxy-service-mappings` publishes.
 async fn published(admin: &Client) -> Result<Vec<String>, String> {
-    let cm = cp_tests::wait::get(
-        &Api::<ConfigMap>::namespaced(admin.clone(), NS),
-        cp_api::names::CONFIGMAP_SERVICE_MAPPINGS,
-    )
-    .await?;
-    let json = cm
-        .data
-        .and_then(|d| {
-            d.get(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS_KEY)
-                .cloned()
-        })
-        .unwrap_or_default();
+    let json = published_mappings(admin, NS).await?;
     let entries: Vec<Value> = serde_json::from_str(&json).map_err(|e| e.to_string())?;
     Ok(entries
         .iter()

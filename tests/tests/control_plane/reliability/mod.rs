@@ -9,7 +9,7 @@ use cp_api::ConnectivityProxy;
 use cp_tests::cluster::Identity;
 use cp_tests::controller::ControllerProcess;
 use cp_tests::fixtures::{default_connectivity_proxy, default_cr, install_our_crds};
-use cp_tests::shared::{EDITOR_RBAC, alice_client, control_plane};
+use cp_tests::shared::{EDITOR_RBAC, alice_client, control_plane, take_turn};
 use cp_tests::webhook::Webhook;
 use cp_tests::{manifest, support};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -187,9 +187,7 @@ async fn hostile_user_cannot_change_deployment_through_the_status_subresource() 
 
 #[tokio::test]
 async fn two_controller_replicas_only_the_leader_reconciles_and_a_standby_takes_over() {
-    let _turn = TURN.lock().await;
-    let cp = control_plane();
-    let admin = cp.admin().await.expect("admin");
+    let (_turn, cp, admin) = take_turn(&TURN).await;
     install_our_crds(&admin).await;
     cp_tests::fixtures::apply(
         &admin,
@@ -462,9 +460,7 @@ fn skewed_lease(
 #[tokio::test]
 async fn lease_expiry_is_judged_by_the_candidates_clock_not_the_holders_renew_time() {
     use k8s_openapi::api::coordination::v1::Lease;
-    let _turn = TURN.lock().await;
-    let cp = control_plane();
-    let admin = cp.admin().await.expect("admin");
+    let (_turn, cp, admin) = take_turn(&TURN).await;
     install_our_crds(&admin).await;
     cp_tests::cluster::ensure_namespace(&admin, "kyma-system")
         .await

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use cp_api::ConnectivityProxy;
 use cp_tests::fixtures::{default_cr, install_our_crds};
-use cp_tests::shared::control_plane;
+use cp_tests::shared::take_turn;
 use cp_tests::webhook::{Webhook, metric};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -328,9 +328,7 @@ async fn flood(src: Ipv4Addr, addr: SocketAddr, seen: Arc<Seen>) {
 
 #[tokio::test]
 async fn slow_and_idle_clients_from_other_addresses_do_not_starve_admission() {
-    let _turn = TURN.lock().await;
-    let cp = control_plane();
-    let admin = cp.admin().await.expect("admin");
+    let (_turn, cp, admin) = take_turn(&TURN).await;
     install_our_crds(&admin).await;
     // The caps as environment variables, as a Deployment would set them (`env` execs the webhook).
     let (max, per_source) = (
