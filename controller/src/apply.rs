@@ -391,6 +391,46 @@ impl MergePatch {
     }
 }
 
+/// Typed JSON-patch operations.
+pub mod json_op {
+    use json_patch::jsonptr::PointerBuf;
+    use json_patch::{AddOperation, PatchOperation, ReplaceOperation, TestOperation};
+    use serde::Serialize;
+    use serde_json::Value;
+
+    fn at(path: &[&str]) -> PointerBuf {
+        PointerBuf::from_tokens(path.iter().copied())
+    }
+
+    fn value(v: impl Serialize) -> Value {
+        serde_json::to_value(v).unwrap_or(Value::Null)
+    }
+
+    /// `add` of `v` at `path` (tokens, `-` appends to an array).
+    pub fn add(path: &[&str], v: impl Serialize) -> PatchOperation {
+        PatchOperation::Add(AddOperation {
+            path: at(path),
+            value: value(v),
+        })
+    }
+
+    /// `test` that `path` holds `v`.
+    pub fn test(path: &[&str], v: impl Serialize) -> PatchOperation {
+        PatchOperation::Test(TestOperation {
+            path: at(path),
+            value: value(v),
+        })
+    }
+
+    /// `replace` of `path` with `v`.
+    pub fn replace(path: &[&str], v: impl Serialize) -> PatchOperation {
+        PatchOperation::Replace(ReplaceOperation {
+            path: at(path),
+            value: value(v),
+        })
+    }
+}
+
 /// The one door of the controller's writes: each one uses the one field manager, is counted by
 /// resource, verb and result, and is logged once with why it is made.
 #[derive(Clone)]

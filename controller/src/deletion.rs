@@ -10,7 +10,7 @@ use cp_api::{ConnectivityProxy, State, names};
 use kube::ResourceExt;
 use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::Error;
 use crate::context::Ctx;
@@ -109,10 +109,11 @@ pub fn plan_deletion(
         .iter()
         .filter(|f| *f != names::FINALIZER)
         .collect();
-    let patch = json!([
-        {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
-        {"op": "replace", "path": "/metadata/finalizers", "value": remaining},
-    ]);
+    let path = ["metadata", "finalizers"];
+    let patch = crate::desired::body(&json_patch::Patch(vec![
+        crate::apply::json_op::test(&path, finalizers),
+        crate::apply::json_op::replace(&path, remaining),
+    ]));
     DeletionPlan {
         steps: vec![
             DeletionStep::WriteStatus(computed),
@@ -179,6 +180,7 @@ async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, step: &DeletionStep) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     const RESYNC: Duration = Duration::from_secs(600);
 

@@ -3,7 +3,7 @@
 
 use cp_api::{ConnectivityProxy, defaults};
 use kube::ResourceExt;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// This release's `spec.deployment` defaults, optionally with an override merged over them
 /// (`--deployment-defaults-override`, for hotfix images and upgrade tests).
@@ -73,7 +73,7 @@ pub fn upgrade(current: &Value, old: &Value, new: &Value) -> Upgraded {
         "spec.deployment",
         &mut kept,
     )
-    .unwrap_or_else(|| json!({}));
+    .unwrap_or_else(|| Value::Object(Default::default()));
     Upgraded { deployment, kept }
 }
 
@@ -180,18 +180,21 @@ pub fn release_patch(cr: &ConnectivityProxy, release: &Value) -> Option<Value> {
     let old = previous_defaults(cr, &current);
     let mut deployment = upgrade(&current, &old, release).deployment;
     clear_missing(&current, &mut deployment);
-    Some(json!({
-        "metadata": {"annotations": {
-            cp_api::keys::DEFAULTS_RELEASE_ANNOTATION: id,
-            cp_api::keys::DEFAULTS_VALUES_ANNOTATION: release.to_string(),
-        }},
-        "spec": {"deployment": deployment},
-    }))
+    let spec = serde_json::Map::from_iter([("deployment".to_string(), deployment)]);
+    let patch = crate::apply::MergePatch::default()
+        .annotation(cp_api::keys::DEFAULTS_RELEASE_ANNOTATION, Some(&id))
+        .annotation(
+            cp_api::keys::DEFAULTS_VALUES_ANNOTATION,
+            Some(&release.to_string()),
+        )
+        .spec(Value::Object(spec));
+    Some(crate::desired::body(&patch))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn untouched_defaults_move_and_a_field_someone_changed_stays() {

@@ -12,7 +12,8 @@ use super::{Desired, Kind, Resolved, body, object};
 /// `auto-provision` replaced by its resolved value.
 pub fn render_config(cr: &ConnectivityProxy, resolved: &Resolved) -> String {
     let spec = &cr.spec;
-    let mut cfg = serde_json::to_value(&spec.config).unwrap_or_else(|_| json!({}));
+    let mut cfg =
+        serde_json::to_value(&spec.config).unwrap_or_else(|_| Value::Object(Default::default()));
     let proxies: serde_json::Map<String, Value> = spec
         .proxies()
         .into_iter()

@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Desired, Kind, Resolved, body, object};
 
@@ -30,7 +30,7 @@ pub const APP: &str = "connectivity-proxy";
 pub fn effective_deployment(cr: &ConnectivityProxy) -> Deployment {
     let mut current = serde_json::to_value(&cr.spec.deployment).unwrap_or(Value::Null);
     if current.is_null() {
-        current = json!({});
+        current = Value::Object(Default::default());
     }
     defaults::fill_missing(&mut current, &defaults::deployment_defaults_json());
     serde_json::from_value(current).unwrap_or_else(|_| defaults::deployment_defaults())

@@ -82,12 +82,12 @@ fn set_path(target: &mut Value, keys: &[&str], value: Value) -> Option<()> {
     let mut node = target;
     for key in parents {
         if node.is_null() {
-            *node = json!({});
+            *node = Value::Object(Default::default());
         }
         node = node.as_object_mut()?.entry(*key).or_insert(Value::Null);
     }
     if node.is_null() {
-        *node = json!({});
+        *node = Value::Object(Default::default());
     }
     node.as_object_mut()?.insert((*last).to_string(), value);
     Some(())
@@ -104,7 +104,7 @@ fn merge(
         return;
     };
     if !target.is_object() {
-        *target = json!({});
+        *target = Value::Object(Default::default());
     }
     for (k, lv) in legacy {
         let p = if path.is_empty() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cp_api::{ConnectivityProxy, State, names};
 use kube::ResourceExt;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::btp::ServiceKey;
 use crate::cache::Key;
@@ -208,11 +208,12 @@ pub fn finalizer_patch(cr: &ConnectivityProxy) -> Option<Value> {
     if cr.finalizers().iter().any(|f| f == names::FINALIZER) {
         return None;
     }
-    Some(if cr.finalizers().is_empty() {
-        json!([{"op": "add", "path": "/metadata/finalizers", "value": [names::FINALIZER]}])
+    let add = if cr.finalizers().is_empty() {
+        crate::apply::json_op::add(&["metadata", "finalizers"], vec![names::FINALIZER])
     } else {
-        json!([{"op": "add", "path": "/metadata/finalizers/-", "value": names::FINALIZER}])
-    })
+        crate::apply::json_op::add(&["metadata", "finalizers", "-"], names::FINALIZER)
+    };
+    Some(crate::desired::body(&json_patch::Patch(vec![add])))
 }
 
 /// The status a migration step leads to, and when to look again.
