@@ -65,6 +65,16 @@ pub async fn register_webhook(admin: &Client) -> anyhow::Result<()> {
     fixtures::apply(admin, &[fixtures::LEGACY_WEBHOOK], None).await
 }
 
+/// How a migration test starts: the shared control plane, a cluster-admin client, and a legacy
+/// installation in it ([`legacy_cluster`], whose mappings as they were come third).
+pub async fn legacy_control_plane() -> (std::sync::Arc<crate::ControlPlane>, Client, MappingSnapshot)
+{
+    let cp = crate::shared::control_plane();
+    let admin = cp.admin().await.expect("admin");
+    let before = legacy_cluster(&admin).await;
+    (cp, admin, before)
+}
+
 /// Installs our CRDs and a legacy installation with five ServiceMappings; returns the mappings as they
 /// were.
 pub async fn legacy_cluster(admin: &Client) -> MappingSnapshot {
@@ -322,6 +332,25 @@ pub async fn wait_step(admin: &Client, (what, reached): Step, within: Duration) 
 pub async fn finish(admin: &Client) {
     wait_step(admin, STEPS[2], Duration::from_secs(30)).await;
     crate::support::make_ready(admin, NS, "connectivity-proxy").await;
+}
+
+/// Rewrites the legacy proxy's configuration file (`connectivity-proxy-config.yml` of ConfigMap
+/// `connectivity-proxy`) with `edit` ([`edit_legacy_configmap`]).
+pub async fn edit_legacy_config(admin: &Client, edit: impl Fn(&str) -> String) {
+    edit_legacy_configmap(
+        admin,
+        "connectivity-proxy",
+        "connectivity-proxy-config.yml",
+        edit,
+    )
+    .await;
+}
+
+/// Sets `onpremise_proxy_http_port` of the legacy ConfigMap `connectivity-proxy-info` to `port`
+/// ([`edit_legacy_configmap`]).
+pub async fn set_legacy_info_port(admin: &Client, port: &str) {
+    let key = "onpremise_proxy_http_port";
+    edit_legacy_configmap(admin, "connectivity-proxy-info", key, |_| port.into()).await;
 }
 
 /// Rewrites the legacy ConfigMap `name`'s `key` with `edit` (the legacy installation changed by hand).

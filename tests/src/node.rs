@@ -709,19 +709,9 @@ impl Cluster {
         // (and records them in an annotation): an SRE edit that lands before it is replaced by 64000.
         // That race made `make run-cluster` end in the fd-limit Warning on one run and Ready on the
         // next; the SRE edits once the release's defaults are recorded, as a person reading the CR would.
-        crate::wait::until_object(
-            &api,
-            cr,
-            "the controller recorded this release's spec.deployment defaults",
-            Duration::from_secs(60),
-            |cp| match kube::ResourceExt::annotations(&cp)
-                .contains_key(cp_api::keys::DEFAULTS_RELEASE_ANNOTATION)
-            {
-                true => Ok(Some(())),
-                false => Err("no defaults-release annotation yet".to_string()),
-            },
-        )
-        .await?;
+        let what = "the controller recorded this release's spec.deployment defaults";
+        let key = cp_api::keys::DEFAULTS_RELEASE_ANNOTATION;
+        crate::wait::until_annotated(&api, cr, key, what, Duration::from_secs(60)).await?;
         let patch = serde_json::json!({"spec": {"deployment": {"resources": {"maxFileDescriptorCount": NODE_FD_LIMIT}}}});
         // The webhook learns the privileged user by watch: retry until it has.
         crate::wait::until(

@@ -82,6 +82,30 @@ where
     .await
 }
 
+/// Waits until `api`'s object `name` carries annotation `key`; fails after `timeout` with `what`.
+pub async fn until_annotated<K>(
+    api: &kube::api::Api<K>,
+    name: &str,
+    key: &str,
+    what: &str,
+    timeout: Duration,
+) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    until_object(
+        api,
+        name,
+        what,
+        timeout,
+        |o| match kube::ResourceExt::annotations(&o).contains_key(key) {
+            true => Ok(Some(())),
+            false => Err(format!("no annotation {key} yet")),
+        },
+    )
+    .await
+}
+
 /// `api.get(name)` for a wait's check: a failed read becomes the observation (`Err` with its text).
 pub async fn get<K>(api: &kube::api::Api<K>, name: &str) -> Result<K, String>
 where

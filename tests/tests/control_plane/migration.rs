@@ -5,14 +5,13 @@ use std::time::Duration;
 
 use cp_api::ConnectivityProxy;
 use cp_tests::controller::ControllerProcess;
-use cp_tests::{legacy, shared, support};
+use cp_tests::support::CR;
+use cp_tests::{legacy, support};
 use kube::api::Api;
 
 #[tokio::test]
 async fn legacy_install_is_taken_over_then_the_operator_is_upgraded() {
-    let cp = shared::control_plane();
-    let admin = cp.admin().await.expect("admin");
-    let before = legacy::legacy_cluster(&admin).await;
+    let (cp, admin, before) = legacy::legacy_control_plane().await;
     ControllerProcess::start(&cp, "controller-v1", &["--leader-elect=false"])
         .await
         .expect("controller");
@@ -25,20 +24,13 @@ async fn legacy_install_is_taken_over_then_the_operator_is_upgraded() {
     support::set_http_port(&admin, legacy::NS, "connectivity-proxy", 20777).await;
     // An SRE lowers the open-files limit once v1 has recorded its defaults (before, v1's first
     // reconcile would still be the one writing spec.deployment).
-    cp_tests::wait::until_object(
-        &api,
-        "connectivity-proxy",
+    let (key, what) = (
+        cp_api::keys::DEFAULTS_VALUES_ANNOTATION,
         "v1's defaults recorded on the CR",
-        Duration::from_secs(20),
-        |cr| match kube::ResourceExt::annotations(&cr)
-            .contains_key(cp_api::keys::DEFAULTS_VALUES_ANNOTATION)
-        {
-            true => Ok(Some(())),
-            false => Err("not yet".to_string()),
-        },
-    )
-    .await
-    .expect("v1 stamped");
+    );
+    cp_tests::wait::until_annotated(&api, CR, key, what, Duration::from_secs(20))
+        .await
+        .expect("v1 stamped");
     api.patch(
         "connectivity-proxy",
         &kube::api::PatchParams::default(),
@@ -59,20 +51,15 @@ async fn legacy_install_is_taken_over_then_the_operator_is_upgraded() {
     )
     .await
     .expect("controller v2");
-    let cr = cp_tests::wait::until_object(
-        &api,
-        "connectivity-proxy",
-        "spec.deployment moves to the new release's defaults",
-        Duration::from_secs(20),
-        |cr| {
-            let d = serde_json::to_value(&cr.spec.deployment).map_err(|e| e.to_string())?;
-            if d["image"]["tag"] == "2.99.0" && d["replicaCount"] == 2 {
-                Ok(Some(cr))
-            } else {
-                Err(d.to_string())
-            }
-        },
-    )
+    let what = "spec.deployment moves to the new release's defaults";
+    let cr = cp_tests::wait::until_object(&api, CR, what, Duration::from_secs(20), |cr| {
+        let d = serde_json::to_value(&cr.spec.deployment).map_err(|e| e.to_string())?;
+        if d["image"]["tag"] == "2.99.0" && d["replicaCount"] == 2 {
+            Ok(Some(cr))
+        } else {
+            Err(d.to_string())
+        }
+    })
     .await
     .expect("upgraded");
     assert_eq!(
@@ -95,25 +82,20 @@ async fn legacy_install_is_taken_over_then_the_operator_is_upgraded() {
     .expect("kept field in the status");
     let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> =
         Api::namespaced(admin.clone(), legacy::NS);
-    cp_tests::wait::until_object(
-        &sts,
-        "connectivity-proxy",
-        "the StatefulSet runs the new image",
-        Duration::from_secs(20),
-        |s| {
-            let image = s
-                .spec
-                .template
-                .spec
-                .and_then(|p| p.containers.first().and_then(|c| c.image.clone()))
-                .unwrap_or_default();
-            if image.ends_with(":2.99.0") {
-                Ok(Some(()))
-            } else {
-                Err(image)
-            }
-        },
-    )
+    let what = "the StatefulSet runs the new image";
+    cp_tests::wait::until_object(&sts, CR, what, Duration::from_secs(20), |s| {
+        let image = s
+            .spec
+            .template
+            .spec
+            .and_then(|p| p.containers.first().and_then(|c| c.image.clone()))
+            .unwrap_or_default();
+        if image.ends_with(":2.99.0") {
+            Ok(Some(()))
+        } else {
+            Err(image)
+        }
+    })
     .await
     .expect("new image");
     legacy::assert_taken_over(&admin, &before, 20777).await;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use cp_api::ConnectivityProxy;
 use cp_tests::controller::ControllerProcess;
-use cp_tests::{legacy, shared};
+use cp_tests::legacy;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -24,15 +24,10 @@ async fn config_of(admin: &kube::Client) -> serde_json::Value {
 
 #[tokio::test]
 async fn shared_tenant_key_is_kept_and_a_second_takeover_imports_the_current_legacy_config() {
-    let cp = shared::control_plane();
-    let admin = cp.admin().await.expect("admin");
-    let before = legacy::legacy_cluster(&admin).await;
-    legacy::edit_legacy_configmap(
-        &admin,
-        "connectivity-proxy",
-        "connectivity-proxy-config.yml",
-        |y| y.replace("tenantMode: dedicated", "tenantMode: shared"),
-    )
+    let (cp, admin, before) = legacy::legacy_control_plane().await;
+    legacy::edit_legacy_config(&admin, |y| {
+        y.replace("tenantMode: dedicated", "tenantMode: shared")
+    })
     .await;
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), legacy::NS);
     // The user's key names the Connectivity CA endpoint: served on loopback here.
@@ -153,22 +148,17 @@ async fn shared_tenant_key_is_kept_and_a_second_takeover_imports_the_current_leg
     )
     .await
     .expect("legacy again");
-    legacy::edit_legacy_configmap(
-        &admin,
-        "connectivity-proxy",
-        "connectivity-proxy-config.yml",
-        |y| {
-            y.replace("tenantMode: dedicated", "tenantMode: shared")
-                .replace(
-                    "socks5:\n      enableProxyAuthorization: false",
-                    "socks5:\n      enableProxyAuthorization: true",
-                )
-                .replace(
-                    "  proxy:\n",
-                    "  proxy:\n    authorization:\n      oauth:\n        allowedClientId: legacy-client\n",
-                )
-        },
-    )
+    legacy::edit_legacy_config(&admin, |y| {
+        y.replace("tenantMode: dedicated", "tenantMode: shared")
+            .replace(
+                "socks5:\n      enableProxyAuthorization: false",
+                "socks5:\n      enableProxyAuthorization: true",
+            )
+            .replace(
+                "  proxy:\n",
+                "  proxy:\n    authorization:\n      oauth:\n        allowedClientId: legacy-client\n",
+            )
+    })
     .await;
     let cm = cms.get("connectivity-proxy").await.expect("legacy config");
     let yml = cp_tests::support::proxy_config_yml(cm);

@@ -5,13 +5,11 @@
 use std::time::Duration;
 
 use cp_tests::controller::ControllerProcess;
-use cp_tests::{legacy, shared};
+use cp_tests::legacy;
 
 #[tokio::test]
 async fn migration_resumes_after_a_kill_between_every_two_steps() {
-    let cp = shared::control_plane();
-    let admin = cp.admin().await.expect("admin");
-    let before = legacy::legacy_cluster(&admin).await;
+    let (cp, admin, before) = legacy::legacy_control_plane().await;
     legacy::create_default_cr(&admin).await;
     // Each step leaves a mark; the controller is killed as soon as the mark appears.
     for (i, step) in legacy::STEPS.into_iter().enumerate() {

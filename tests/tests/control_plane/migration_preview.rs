@@ -30,13 +30,7 @@ async fn migrate_plan_previews_and_a_blocker_stops_the_takeover_until_fixed() {
         "the import as YAML: {out}"
     );
     assert!(out.contains("Ready: the takeover can proceed"), "{out}");
-    legacy::edit_legacy_configmap(
-        &admin,
-        "connectivity-proxy-info",
-        "onpremise_proxy_http_port",
-        |_| "70000".into(),
-    )
-    .await;
+    legacy::set_legacy_info_port(&admin, "70000").await;
     let (code, out) = legacy::migrate_plan(&cp, &[]).await;
     assert_eq!(code, 2, "blocked: {out}");
     assert!(
@@ -83,31 +77,13 @@ async fn migrate_plan_previews_and_a_blocker_stops_the_takeover_until_fixed() {
         .await
         .expect("legacy webhook kept");
 
-    legacy::edit_legacy_configmap(
-        &admin,
-        "connectivity-proxy-info",
-        "onpremise_proxy_http_port",
-        |_| "20003".into(),
-    )
-    .await;
+    legacy::set_legacy_info_port(&admin, "20003").await;
     // Another blocker: a legacy key spec.config cannot express, named with the fix; removed, the
     // takeover resumes by itself.
-    legacy::edit_legacy_configmap(
-        &admin,
-        "connectivity-proxy",
-        "connectivity-proxy-config.yml",
-        |y| format!("{y}legacyOnlyFlag: true\n"),
-    )
-    .await;
+    legacy::edit_legacy_config(&admin, |y| format!("{y}legacyOnlyFlag: true\n")).await;
     let msg = wait_blocked_naming(&admin, &["legacyOnlyFlag"]).await;
     assert!(msg.contains("cannot express"), "{msg}");
-    legacy::edit_legacy_configmap(
-        &admin,
-        "connectivity-proxy",
-        "connectivity-proxy-config.yml",
-        |y| y.replace("legacyOnlyFlag: true\n", ""),
-    )
-    .await;
+    legacy::edit_legacy_config(&admin, |y| y.replace("legacyOnlyFlag: true\n", "")).await;
     legacy::finish(&admin).await;
     legacy::assert_taken_over(&admin, &before, 20003).await;
     let (code, out) = legacy::migrate_plan(&cp, &[]).await;

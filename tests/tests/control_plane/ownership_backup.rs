@@ -11,7 +11,8 @@ use cp_api::keys::{
 };
 use cp_api::{ConnectivityProxy, State, names};
 use cp_tests::controller::ControllerProcess;
-use cp_tests::{fixtures, legacy, shared};
+use cp_tests::support::CR;
+use cp_tests::{fixtures, legacy};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -21,9 +22,7 @@ const ID: &str = "forged1";
 
 #[tokio::test]
 async fn a_forged_backup_is_never_restored_from_nor_overwritten() {
-    let cp = shared::control_plane();
-    let admin = cp.admin().await.expect("admin");
-    let before = legacy::legacy_cluster(&admin).await;
+    let (cp, admin, before) = legacy::legacy_control_plane().await;
     let _controller = ControllerProcess::start(&cp, "cp-controller", &["--leader-elect=false"])
         .await
         .expect("controller");
@@ -65,22 +64,17 @@ async fn a_forged_backup_is_never_restored_from_nor_overwritten() {
     let crs: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), legacy::NS);
     crs.create(&PostParams::default(), &cr).await.expect("CR");
 
-    let cr = cp_tests::wait::until_object(
-        &crs,
-        "connectivity-proxy",
-        "the takeover waits, naming the forged backup",
-        Duration::from_secs(30),
-        |cr| {
-            let st = cr.status.clone().unwrap_or_default();
-            if st.state == Some(State::Warning)
-                && st.conditions.iter().any(|c| c.reason == "ObjectNotOwned")
-            {
-                Ok(Some(cr))
-            } else {
-                Err(format!("{:?}: {:?}", st.state, st.description))
-            }
-        },
-    )
+    let what = "the takeover waits, naming the forged backup";
+    let cr = cp_tests::wait::until_object(&crs, CR, what, Duration::from_secs(30), |cr| {
+        let st = cr.status.clone().unwrap_or_default();
+        if st.state == Some(State::Warning)
+            && st.conditions.iter().any(|c| c.reason == "ObjectNotOwned")
+        {
+            Ok(Some(cr))
+        } else {
+            Err(format!("{:?}: {:?}", st.state, st.description))
+        }
+    })
     .await
     .unwrap_or_else(|e| {
         panic!(

@@ -9,9 +9,7 @@ use cp_tests::{legacy, restart, shared};
 
 #[tokio::test]
 async fn api_server_and_etcd_restarts_during_a_legacy_migration_lose_nothing() {
-    let cp = shared::control_plane();
-    let admin = cp.admin().await.expect("admin");
-    let before = legacy::legacy_cluster(&admin).await;
+    let (cp, admin, before) = legacy::legacy_control_plane().await;
     let webhook = shared::webhook().await;
     let controller = restart::start_controller(&cp).await;
     legacy::create_default_cr(&admin).await;

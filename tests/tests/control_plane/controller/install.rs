@@ -680,18 +680,13 @@ async fn a_secret_the_operator_did_not_create_is_never_written_labelled_or_delet
     let edit = json!({"spec": {"secretConfig": {"integration": {"connectivityService":
         {"secretName": "precious", "secretData": null}}}}});
     edit_cr(admin, NS, CR, &edit, "edit").await;
-    cp_tests::wait::until_object(
-        &crs,
-        "connectivity-proxy",
-        "the controller observed the edit",
-        Duration::from_secs(20),
-        |cr| {
-            let st = cr.status.unwrap_or_default();
-            Ok((st.observed_generation == cr.metadata.generation
-                && !st.conditions.iter().any(|c| c.reason == "ObjectNotOwned"))
-            .then_some(()))
-        },
-    )
+    let what = "the controller observed the edit";
+    cp_tests::wait::until_object(&crs, CR, what, Duration::from_secs(20), |cr| {
+        let st = cr.status.unwrap_or_default();
+        Ok((st.observed_generation == cr.metadata.generation
+            && !st.conditions.iter().any(|c| c.reason == "ObjectNotOwned"))
+        .then_some(()))
+    })
     .await
     .expect("observed");
     let after = secrets.get("precious").await.expect("precious still there");

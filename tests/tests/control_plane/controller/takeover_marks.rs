@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use cp_api::ConnectivityProxy;
 use cp_tests::fixtures::secret_json;
-use cp_tests::support::{NS, scenario, v1_resource};
+use cp_tests::support::{CR, NS, scenario, v1_resource};
 use cp_tests::wait;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
@@ -74,20 +74,15 @@ async fn a_takeover_annotation_without_a_legacy_installation_deletes_nothing() {
     let stored = crs.create(&PostParams::default(), &cr).await.expect("CR");
     // As stored: the CRD's schema defaults filled in.
     let config_before = serde_json::to_value(&stored.spec.config).expect("json");
-    wait::until_object(
-        &crs,
-        "connectivity-proxy",
-        "the takeover annotation closed",
-        Duration::from_secs(30),
-        |cr| {
-            let a = cr.annotations();
-            Ok((a
-                .get(cp_api::keys::MIGRATION_ANNOTATION)
-                .map(String::as_str)
-                == Some("done"))
-            .then_some(()))
-        },
-    )
+    let what = "the takeover annotation closed";
+    wait::until_object(&crs, CR, what, Duration::from_secs(30), |cr| {
+        let a = cr.annotations();
+        Ok((a
+            .get(cp_api::keys::MIGRATION_ANNOTATION)
+            .map(String::as_str)
+            == Some("done"))
+        .then_some(()))
+    })
     .await
     .expect("takeover closed");
     // A takeover deletes before it writes "done": what is left now is what it left.
