@@ -410,14 +410,11 @@ pub async fn migrate_plan(cp: &crate::ControlPlane, args: &[&str]) -> (i32, Stri
     )
     .await
     .expect("marker");
-    let all = crate::wait::until(
-        "the marker in the audit log",
-        Duration::from_secs(10),
-        || async {
-            let w = cp.audit_writes_since(offset).map_err(|e| e.to_string())?;
-            Ok(w.iter().any(|w| w.name == marker).then_some(w))
-        },
-    )
+    let what = "the marker in the audit log";
+    let all = crate::wait::until(what, Duration::from_secs(10), || async {
+        let w = cp.audit_writes_since(offset).map_err(|e| e.to_string())?;
+        Ok(w.iter().any(|w| w.name == marker).then_some(w))
+    })
     .await
     .expect("audit log");
     let writes: Vec<_> = all

@@ -142,15 +142,12 @@ async fn clean(admin: &Client) {
             Api::namespaced(admin.clone(), &cr.namespace().unwrap_or_default());
         let _ = api.delete(&cr.name_any(), &DeleteParams::default()).await;
     }
-    crate::wait::until(
-        "no ConnectivityProxy and no ServiceMapping left",
-        Duration::from_secs(30),
-        || async {
-            let n = crate::wait::list(&all).await?.items.len();
-            let m = crate::wait::list(&maps).await?.items.len();
-            Ok((n == 0 && m == 0).then_some(()))
-        },
-    )
+    let what = "no ConnectivityProxy and no ServiceMapping left";
+    crate::wait::until(what, Duration::from_secs(30), || async {
+        let n = crate::wait::list(&all).await?.items.len();
+        let m = crate::wait::list(&maps).await?.items.len();
+        Ok((n == 0 && m == 0).then_some(()))
+    })
     .await
     .expect("clean cluster");
 }
@@ -246,16 +243,13 @@ pub async fn wait_state(
 
 /// Plays the kubelet and the StatefulSet controller: marks the StatefulSet's replicas ready.
 pub async fn mark_statefulset_ready(admin: &Client, ns: &str) {
-    crate::wait::until(
-        "StatefulSet connectivity-proxy ready",
-        Duration::from_secs(10),
-        || async move {
-            crate::fakes::mark_statefulset_ready(admin, ns)
-                .await
-                .map(Some)
-                .map_err(|e| e.to_string())
-        },
-    )
+    let what = "StatefulSet connectivity-proxy ready";
+    crate::wait::until(what, Duration::from_secs(10), || async move {
+        crate::fakes::mark_statefulset_ready(admin, ns)
+            .await
+            .map(Some)
+            .map_err(|e| e.to_string())
+    })
     .await
     .expect("StatefulSet");
 }

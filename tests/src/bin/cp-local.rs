@@ -92,16 +92,13 @@ async fn run() -> anyhow::Result<()> {
     let default_cr = fixtures::default_cr_path();
     // The first attempts can meet the API server before the controller injected the CA bundle.
     let (c, cr_path) = (client.clone(), default_cr.clone());
-    cp_tests::wait::until(
-        "the default CR admitted through the webhook",
-        Duration::from_secs(60),
-        || async {
-            manifest::apply_file(&c, &cr_path, Some(names::KYMA_SYSTEM))
-                .await
-                .map(|_| Some(()))
-                .map_err(|e| format!("{e:#}"))
-        },
-    )
+    let what = "the default CR admitted through the webhook";
+    cp_tests::wait::until(what, Duration::from_secs(60), || async {
+        manifest::apply_file(&c, &cr_path, Some(names::KYMA_SYSTEM))
+            .await
+            .map(|_| Some(()))
+            .map_err(|e| format!("{e:#}"))
+    })
     .await?;
     println!(
         ">> applied the default CR the module manager creates ({})\n",

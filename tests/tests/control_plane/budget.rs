@@ -58,16 +58,13 @@ async fn a_mapping_beyond_the_configmap_budget_is_refused_at_admission() {
         dry_run: true,
         ..Default::default()
     };
-    let message = cp_tests::wait::until(
-        "one more mapping refused for the budget",
-        Duration::from_secs(30),
-        || async {
-            match api.create(&dry, &over).await {
-                Err(kube::Error::Api(e)) if e.code == 403 => Ok(Some(e.message)),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
+    let what = "one more mapping refused for the budget";
+    let message = cp_tests::wait::until(what, Duration::from_secs(30), || async {
+        match api.create(&dry, &over).await {
+            Err(kube::Error::Api(e)) if e.code == 403 => Ok(Some(e.message)),
+            other => Err(format!("{other:?}")),
+        }
+    })
     .await
     .expect("refused");
     // The limit and the fix, but not how many mappings exist (a caller without the API server in
@@ -84,16 +81,13 @@ async fn a_mapping_beyond_the_configmap_budget_is_refused_at_admission() {
     api.delete("budget-0000", &DeleteParams::default())
         .await
         .expect("delete one");
-    cp_tests::wait::until(
-        "room again after a delete",
-        Duration::from_secs(30),
-        || async {
-            api.create(&dry, &over)
-                .await
-                .map(|_| Some(()))
-                .map_err(|e| e.to_string())
-        },
-    )
+    let what = "room again after a delete";
+    cp_tests::wait::until(what, Duration::from_secs(30), || async {
+        api.create(&dry, &over)
+            .await
+            .map(|_| Some(()))
+            .map_err(|e| e.to_string())
+    })
     .await
     .expect("admitted after a delete");
     api.delete_collection(&DeleteParams::default(), &ListParams::default())

@@ -375,14 +375,11 @@ async fn a_hand_added_previous_ca_never_reaches_the_ca_bundle() {
         .await
         .expect("webhook starts on the controller's certificate");
     wh.register(&admin).await.expect("register");
-    cp_tests::wait::until(
-        "the controller's CA bundle in every webhook",
-        Duration::from_secs(20),
-        || async {
-            let b = ca_bundles(&admin).await;
-            Ok((b.len() >= 2 && b.iter().all(|b| b.contains("BEGIN CERTIFICATE"))).then_some(()))
-        },
-    )
+    let what = "the controller's CA bundle in every webhook";
+    cp_tests::wait::until(what, Duration::from_secs(20), || async {
+        let b = ca_bundles(&admin).await;
+        Ok((b.len() >= 2 && b.iter().all(|b| b.contains("BEGIN CERTIFICATE"))).then_some(()))
+    })
     .await
     .expect("bundle");
     let now = time::OffsetDateTime::now_utc();

@@ -244,16 +244,13 @@ async fn images_run_the_module_against_the_api_server() {
 
     // The default CR, admitted through the webhook image (the first tries can precede the CA bundle).
     let cr_path = fixtures::default_cr_path();
-    cp_tests::wait::until(
-        "the default CR admitted through the webhook image",
-        Duration::from_secs(60),
-        || async {
-            manifest::apply_file(&admin, &cr_path, Some(names::KYMA_SYSTEM))
-                .await
-                .map(|_| Some(()))
-                .map_err(|e| format!("{e:#}"))
-        },
-    )
+    let what = "the default CR admitted through the webhook image";
+    cp_tests::wait::until(what, Duration::from_secs(60), || async {
+        manifest::apply_file(&admin, &cr_path, Some(names::KYMA_SYSTEM))
+            .await
+            .map(|_| Some(()))
+            .map_err(|e| format!("{e:#}"))
+    })
     .await
     .unwrap_or_else(|e| panic!("{e:#}\nwebhook log:\n{}", cp.log_tail("image-webhook", 20)));
     let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);

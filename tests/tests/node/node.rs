@@ -147,51 +147,45 @@ async fn install(cluster: &Cluster) -> anyhow::Result<()> {
     // must fail as it would on such a node, and the CR must not be Ready.
     let admin = cluster.cp.admin().await?;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
-    let failed_init = cp_tests::wait::until(
-        "the proxy's init container failing at ulimit -n 64000",
-        Duration::from_secs(120),
-        || async {
-            let Some(p) = cp_tests::wait::get_opt(&pods, "connectivity-proxy-0").await? else {
-                return Err("no proxy pod yet".into());
-            };
-            let st = p.status.unwrap_or_default();
-            let init = st.init_container_statuses.unwrap_or_default();
-            let failed = init.iter().find(|c| {
-                c.last_state
+    let what = "the proxy's init container failing at ulimit -n 64000";
+    let failed_init = cp_tests::wait::until(what, Duration::from_secs(120), || async {
+        let Some(p) = cp_tests::wait::get_opt(&pods, "connectivity-proxy-0").await? else {
+            return Err("no proxy pod yet".into());
+        };
+        let st = p.status.unwrap_or_default();
+        let init = st.init_container_statuses.unwrap_or_default();
+        let failed = init.iter().find(|c| {
+            c.last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .is_some_and(|t| t.exit_code != 0)
+                || c.state
                     .as_ref()
                     .and_then(|s| s.terminated.as_ref())
                     .is_some_and(|t| t.exit_code != 0)
-                    || c.state
-                        .as_ref()
-                        .and_then(|s| s.terminated.as_ref())
-                        .is_some_and(|t| t.exit_code != 0)
-            });
-            Ok(failed.map(|c| c.name.clone()))
-        },
-    )
+        });
+        Ok(failed.map(|c| c.name.clone()))
+    })
     .await?;
     assert_eq!(failed_init, "init-fd-limit");
     // The CR says so, naming the field and the fix.
     let cr: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
-    let warning = cp_tests::wait::until(
-        "the CR in Warning ProxyPodFailing",
-        Duration::from_secs(60),
-        || async {
-            let st = cp_tests::wait::get(&cr, CR)
-                .await?
-                .status
-                .unwrap_or_default();
-            let failing = st
-                .conditions
-                .iter()
-                .find(|c| c.reason == "ProxyPodFailing")
-                .cloned();
-            match (st.state, failing) {
-                (Some(State::Warning), Some(c)) => Ok(Some(c.message)),
-                (state, _) => Err(format!("{state:?} {:?}", st.description)),
-            }
-        },
-    )
+    let what = "the CR in Warning ProxyPodFailing";
+    let warning = cp_tests::wait::until(what, Duration::from_secs(60), || async {
+        let st = cp_tests::wait::get(&cr, CR)
+            .await?
+            .status
+            .unwrap_or_default();
+        let failing = st
+            .conditions
+            .iter()
+            .find(|c| c.reason == "ProxyPodFailing")
+            .cloned();
+        match (st.state, failing) {
+            (Some(State::Warning), Some(c)) => Ok(Some(c.message)),
+            (state, _) => Err(format!("{state:?} {:?}", st.description)),
+        }
+    })
     .await?;
     assert!(
         warning.contains("init-fd-limit")
@@ -882,38 +876,32 @@ async fn controller_pod_replaced(cluster: &Cluster) -> anyhow::Result<()> {
     let old_name = pod_name(old.first().context("no controller pod")?);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
     pods.delete(&old_name, &DeleteParams::default()).await?;
-    let new_name = cp_tests::wait::until(
-        "a new controller pod Ready",
-        Duration::from_secs(120),
-        || async {
-            let ready = ready_pods(cluster, CONTROLLER_PODS)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(ready.iter().map(pod_name).find(|n| *n != old_name))
-        },
-    )
+    let what = "a new controller pod Ready";
+    let new_name = cp_tests::wait::until(what, Duration::from_secs(120), || async {
+        let ready = ready_pods(cluster, CONTROLLER_PODS)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(ready.iter().map(pod_name).find(|n| *n != old_name))
+    })
     .await?;
     let leases: Api<Lease> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
-    cp_tests::wait::until(
-        "the new pod holding the Lease",
-        Duration::from_secs(60),
-        || async {
-            let list = cp_tests::wait::list(&leases).await?;
-            let holders: Vec<String> = list
-                .items
-                .iter()
-                .filter_map(|l| l.spec.as_ref()?.holder_identity.clone())
-                .collect();
-            Ok(holders
-                .iter()
-                .any(|h| h.contains(&new_name))
-                .then_some(())
-                .or_else(|| {
-                    tracing::info!(?holders, "not yet");
-                    None
-                }))
-        },
-    )
+    let what = "the new pod holding the Lease";
+    cp_tests::wait::until(what, Duration::from_secs(60), || async {
+        let list = cp_tests::wait::list(&leases).await?;
+        let holders: Vec<String> = list
+            .items
+            .iter()
+            .filter_map(|l| l.spec.as_ref()?.holder_identity.clone())
+            .collect();
+        Ok(holders
+            .iter()
+            .any(|h| h.contains(&new_name))
+            .then_some(())
+            .or_else(|| {
+                tracing::info!(?holders, "not yet");
+                None
+            }))
+    })
     .await?;
     edit_reaches_the_proxy(cluster, 20011).await
 }
@@ -1056,19 +1044,16 @@ pub(crate) async fn wait_inventory_as_before(
     cluster: &Cluster,
     before: &std::collections::BTreeSet<String>,
 ) -> anyhow::Result<()> {
-    cp_tests::wait::until(
-        "the cluster as before the install",
-        Duration::from_secs(120),
-        || async {
-            let now = inventory(cluster).map_err(|e| format!("{e:#}"))?;
-            let left: Vec<&String> = now.difference(before).collect();
-            let gone: Vec<&String> = before.difference(&now).collect();
-            if left.is_empty() && gone.is_empty() {
-                Ok(Some(()))
-            } else {
-                Err(format!("left behind: {left:?}; gone: {gone:?}"))
-            }
-        },
-    )
+    let what = "the cluster as before the install";
+    cp_tests::wait::until(what, Duration::from_secs(120), || async {
+        let now = inventory(cluster).map_err(|e| format!("{e:#}"))?;
+        let left: Vec<&String> = now.difference(before).collect();
+        let gone: Vec<&String> = before.difference(&now).collect();
+        if left.is_empty() && gone.is_empty() {
+            Ok(Some(()))
+        } else {
+            Err(format!("left behind: {left:?}; gone: {gone:?}"))
+        }
+    })
     .await
 }

@@ -120,19 +120,16 @@ async fn duplicate_service_mappings_publish_only_the_oldest_and_warn_on_the_othe
     api.delete("dup-z-oldest", &DeleteParams::default())
         .await
         .expect("delete the winner");
-    cp_tests::wait::until(
-        "one of the remaining duplicates published",
-        Duration::from_secs(20),
-        || async move {
-            let got = published(admin).await?;
-            let dups = got.iter().filter(|n| n.starts_with("dup-")).count();
-            if dups == 1 && got.contains(&"other".to_string()) {
-                Ok(Some(()))
-            } else {
-                Err(format!("published {got:?}"))
-            }
-        },
-    )
+    let what = "one of the remaining duplicates published";
+    cp_tests::wait::until(what, Duration::from_secs(20), || async move {
+        let got = published(admin).await?;
+        let dups = got.iter().filter(|n| n.starts_with("dup-")).count();
+        if dups == 1 && got.contains(&"other".to_string()) {
+            Ok(Some(()))
+        } else {
+            Err(format!("published {got:?}"))
+        }
+    })
     .await
     .expect("one duplicate published");
     for name in ["dup-a-newer", "dup-m-case"] {

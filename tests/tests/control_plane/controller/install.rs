@@ -48,27 +48,24 @@ const MANAGED: [(Kind, Option<&str>, &str); 11] = [
 ];
 
 async fn wait_all_exist(admin: &Client) {
-    cp_tests::wait::until(
-        "every managed object exists",
-        Duration::from_secs(15),
-        || async move {
-            for (kind, ns, name) in MANAGED {
-                if get(admin, kind, ns, name).await.is_none() {
-                    let crs: Api<ConnectivityProxy> = Api::all(admin.clone());
-                    let status: Vec<_> = crs
-                        .list(&Default::default())
-                        .await
-                        .map(|l| l.items)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|c| c.status)
-                        .collect();
-                    return Err(format!("{kind:?} {name} missing; CR status: {status:?}"));
-                }
+    let what = "every managed object exists";
+    cp_tests::wait::until(what, Duration::from_secs(15), || async move {
+        for (kind, ns, name) in MANAGED {
+            if get(admin, kind, ns, name).await.is_none() {
+                let crs: Api<ConnectivityProxy> = Api::all(admin.clone());
+                let status: Vec<_> = crs
+                    .list(&Default::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|c| c.status)
+                    .collect();
+                return Err(format!("{kind:?} {name} missing; CR status: {status:?}"));
             }
-            Ok(Some(()))
-        },
-    )
+        }
+        Ok(Some(()))
+    })
     .await
     .expect("objects");
 }

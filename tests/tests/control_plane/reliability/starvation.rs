@@ -399,18 +399,15 @@ async fn slow_and_idle_clients_from_other_addresses_do_not_starve_admission() {
         }
     }
     let slow_bodies = usize::from(SOURCES) * SLOW_BODIES;
-    cp_tests::wait::until(
-        "every slow-body client holds a request",
-        Duration::from_secs(20),
-        || async {
-            let n = seen.slow_body_attackers_in.load(Ordering::Acquire);
-            if n >= slow_bodies {
-                Ok(Some(()))
-            } else {
-                Err(format!("{n} of {slow_bodies}"))
-            }
-        },
-    )
+    let what = "every slow-body client holds a request";
+    cp_tests::wait::until(what, Duration::from_secs(20), || async {
+        let n = seen.slow_body_attackers_in.load(Ordering::Acquire);
+        if n >= slow_bodies {
+            Ok(Some(()))
+        } else {
+            Err(format!("{n} of {slow_bodies}"))
+        }
+    })
     .await
     .expect("the slow clients are in");
     for i in 0..SOURCES {
@@ -419,18 +416,15 @@ async fn slow_and_idle_clients_from_other_addresses_do_not_starve_admission() {
         }
     }
     let floods = usize::from(SOURCES) * FLOOD;
-    cp_tests::wait::until(
-        "every flood connection tried",
-        Duration::from_secs(20),
-        || async {
-            let n = seen.flood_attempts.load(Ordering::Acquire);
-            if n >= floods {
-                Ok(Some(()))
-            } else {
-                Err(format!("{n} of {floods}"))
-            }
-        },
-    )
+    let what = "every flood connection tried";
+    cp_tests::wait::until(what, Duration::from_secs(20), || async {
+        let n = seen.flood_attempts.load(Ordering::Acquire);
+        if n >= floods {
+            Ok(Some(()))
+        } else {
+            Err(format!("{n} of {floods}"))
+        }
+    })
     .await
     .expect("the flood is on");
 
