@@ -3,7 +3,7 @@
 
 use std::hint::black_box;
 
-use cp_webhook::admission::{self, Endpoint, Facts, Policy};
+use cp_webhook::admission::{self, Endpoint, ClusterView, Policy};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 /// cp-webhook's allocator (`cp_webhook::memory`), so the figures are the shipped binary's.
@@ -14,7 +14,7 @@ fn handle(endpoint: Endpoint, body: &[u8], policy: &Policy) -> Vec<u8> {
     let Ok(req) = admission::decode(body) else {
         return Vec::new();
     };
-    let (resp, _) = admission::review(endpoint, &req, policy, &Facts::default);
+    let (resp, _) = admission::review(endpoint, &req, policy, &ClusterView::default);
     admission::encode_response(resp).unwrap_or_default()
 }
 

@@ -1,7 +1,7 @@
 //! Runs one admission handler N times, for profilers (`valgrind --tool=callgrind`, `perf record`):
 //! `handler_loop mutate|validate N`.
 
-use cp_webhook::admission::{self, Endpoint, Facts, Policy};
+use cp_webhook::admission::{self, Endpoint, ClusterView, Policy};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -14,7 +14,7 @@ fn main() -> anyhow::Result<()> {
     let mut bytes = 0;
     for _ in 0..n {
         let req = admission::decode(&body)?;
-        let (resp, _) = admission::review(endpoint, &req, &policy, &Facts::default);
+        let (resp, _) = admission::review(endpoint, &req, &policy, &ClusterView::default);
         bytes += admission::encode_response(resp)?.len();
     }
     println!("{n} requests, {bytes} bytes answered");

@@ -48,7 +48,7 @@ pub struct Spec {
 
 /// The outcome of one planning step.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub struct Rotation {
     /// The state to store.
     pub state: State,
     /// The CA bundle clients must trust: previous (if any) then current.
@@ -110,7 +110,7 @@ fn leaf_state(
 }
 
 /// Plans one step at `now`.
-pub fn plan(now: OffsetDateTime, current: &State, spec: &Spec) -> Result<Plan> {
+pub fn plan(now: OffsetDateTime, current: &State, spec: &Spec) -> Result<Rotation> {
     let mut state = current.clone();
     let mut ca_rotated = false;
     let mut leaf_rotated = false;
@@ -232,7 +232,7 @@ pub fn plan(now: OffsetDateTime, current: &State, spec: &Spec) -> Result<Plan> {
         .filter(|d| *d > now)
         .min()
         .unwrap_or(now + Duration::seconds(1));
-    Ok(Plan {
+    Ok(Rotation {
         state,
         bundle,
         next,

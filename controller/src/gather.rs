@@ -1,6 +1,8 @@
-//! Gather: every fact a reconcile decides from, read from the controller's caches ([`crate::cache`]),
-//! with what is not pure settled here too: the time, and the built-in tunnel certificate's new keys
-//! when due. Nothing here writes; [`crate::plan`] decides from these facts alone.
+//! Gather: every fact a reconcile decides from, read once per reconcile from the controller's caches
+//! ([`crate::cache`]) — the install, the legacy takeover's progress ([`crate::migration::gather`]),
+//! the certificates, the ServiceMappings — and the time. Nothing here writes or generates keys: the
+//! built-in tunnel certificate's new keys, the one input that is generated, are settled after the
+//! reads ([`Facts::settle_tunnel_keys`]); [`crate::plan`] decides from these facts alone.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -62,6 +64,9 @@ pub struct Facts {
     pub other_primary: Option<(String, String)>,
     /// The StatefulSet under the proxy's name is the legacy reconciler's.
     pub legacy_statefulset: bool,
+    /// The legacy takeover's progress and leftovers, when the reconcile takes the legacy installation
+    /// over first ([`crate::migration::wanted`]); the plan decides its next step.
+    pub migration: Option<crate::migration::Progress>,
     /// Optional APIs.
     pub apis: Apis,
     /// `data.domain` of `kube-system/shoot-info`.
@@ -81,9 +86,9 @@ pub struct Facts {
     pub tunnel_ca: Option<Secret>,
     /// The tunnel's TLS Secret, whoever issued it.
     pub tunnel_tls: Option<Secret>,
-    /// The built-in tunnel certificate's rotation at [`Self::now`] ([`Self::rotate_tunnel`]; new keys
-    /// and certificates are generated here when due), when the built-in provider issues it.
-    pub tunnel_rotation: Option<Result<cp_certs::rotation::Plan, String>>,
+    /// The built-in tunnel certificate's rotation at [`Self::now`] ([`Self::settle_tunnel_keys`]: new
+    /// keys and certificates are generated there when due), when the built-in provider issues it.
+    pub tunnel_rotation: Option<Result<cp_certs::rotation::Rotation, String>>,
     /// The Connectivity service CA.
     pub connectivity_ca: ConnectivityCa,
     /// Every managed object that belongs to this CR, as cached, that the operator can prove is its
@@ -111,6 +116,7 @@ impl Facts {
             now: OffsetDateTime::now_utc(),
             other_primary,
             legacy_statefulset: false,
+            migration: None,
             apis,
             cluster_domain: None,
             mappings: vec![],
@@ -157,6 +163,16 @@ impl Facts {
             };
             tunnel::rotate(cr, resolved, settings, live, self.now)
         });
+    }
+
+    /// Settles the one input of the plan that is generated, not read: the built-in tunnel
+    /// certificate's rotation, with new keys when it is due ([`Self::rotate_tunnel`]). Called once
+    /// between [`gather`] (reads only) and the plan (pure).
+    pub fn settle_tunnel_keys(&mut self, cr: &ConnectivityProxy, settings: &TunnelCertSettings) {
+        let key = self.service_key.as_ref().ok().and_then(|o| o.key.clone());
+        if let Ok(resolved) = desired::resolve(cr, &self.cluster_facts(key.as_ref())) {
+            self.rotate_tunnel(cr, &resolved, settings);
+        }
     }
 
     /// The cluster facts `desired::resolve` needs, with the subaccount from the service key.
@@ -216,6 +232,11 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         .as_ref()
         .is_some_and(|s| crate::migration::is_legacy(&s.metadata));
     let proof = ctx.applier.proof();
+    let migration = if crate::migration::wanted(cr, legacy_statefulset) {
+        Some(crate::migration::gather(&ctx.client, proof, cr, legacy_statefulset).await?)
+    } else {
+        None
+    };
     let statefulset = match sts.filter(|s| proof.ours(Kind::StatefulSet, &s.metadata)) {
         Some(s) => Some(typed::<StatefulSet>(&s)?),
         None => None,
@@ -248,6 +269,7 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         now: OffsetDateTime::now_utc(),
         other_primary,
         legacy_statefulset,
+        migration,
         apis,
         cluster_domain: cluster_domain(ctx),
         mappings: ctx.mappings.state(),
@@ -344,7 +366,6 @@ async fn tunnel_and_ca(cr: &ConnectivityProxy, ctx: &Ctx, facts: &mut Facts) -> 
         .filter(|s| {
             proof.standing(Kind::Secret, &s.metadata) != crate::ownership::Standing::Unproven
         });
-    facts.rotate_tunnel(cr, &resolved, &ctx.settings.tunnel);
     if cr.spec.ingress_class() == "istio"
         && let Some(key) = key
     {

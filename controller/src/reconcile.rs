@@ -123,7 +123,8 @@ pub fn error_policy(cr: Arc<ConnectivityProxy>, err: &Error, ctx: Arc<Ctx>) -> A
 
 /// Gather → plan → execute.
 async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
-    let facts = crate::gather::gather(cr, ctx).await?;
+    let mut facts = crate::gather::gather(cr, ctx).await?;
+    facts.settle_tunnel_keys(cr, &ctx.settings.tunnel);
     let plan = crate::plan::plan(cr, &facts, &ctx.settings);
     let span = tracing::Span::current();
     match plan {
@@ -146,9 +147,9 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
             update_cr(cr, ctx, &patches).await?;
             Ok(Action::requeue(crate::plan::NEXT_STEP))
         }
-        Plan::Migrate => {
+        Plan::Migrate(step) => {
             span.record("action", "migrate");
-            let outcome = match crate::migration::migrate(&ctx.applier, cr).await {
+            let outcome = match crate::migration::execute(&ctx.applier, cr, *step).await {
                 Ok(o) => o,
                 // A backup name taken by an object the operator cannot prove it wrote: the takeover
                 // waits (the legacy installation keeps running) and the status names the object.

@@ -15,7 +15,7 @@ use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use crate::admission::Facts;
+use crate::admission::ClusterView;
 use crate::index::{IndexWriter, SharedIndex};
 
 /// Reflector stores with a readiness flag.
@@ -139,8 +139,8 @@ impl Caches {
     }
 
     /// The facts admission needs, from the caches.
-    pub fn facts(&self) -> Facts {
-        Facts {
+    pub fn facts(&self) -> ClusterView {
+        ClusterView {
             service_mappings: self.mappings.clone(),
             shared_tenant: self.shared_tenant.any(),
         }

@@ -11,7 +11,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use cp_api::names;
 use cp_certs::renewal::Policy;
-use cp_certs::rotation::{self, Plan, Spec, State};
+use cp_certs::rotation::{self, Rotation, Spec, State};
 use cp_certs::{Ca, Leaf};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -91,7 +91,7 @@ pub fn state_from(ca: Option<&Secret>, leaf: Option<&Secret>) -> State {
 }
 
 /// The CA Secret's content: `type`, `data` and the rotation annotations.
-pub fn ca_secret_content(plan: &Plan) -> Secret {
+pub fn ca_secret_content(plan: &Rotation) -> Secret {
     let mut data = BTreeMap::new();
     if let Some(ca) = &plan.state.ca {
         data.insert("ca.crt".to_string(), ca.cert_pem.clone().into_bytes());
@@ -115,7 +115,7 @@ pub fn ca_secret_content(plan: &Plan) -> Secret {
 }
 
 /// The leaf Secret's content (`kubernetes.io/tls` with `ca.crt` = the bundle).
-pub fn leaf_secret_content(plan: &Plan) -> Secret {
+pub fn leaf_secret_content(plan: &Rotation) -> Secret {
     let leaf = plan.state.leaf.clone().unwrap_or(Leaf {
         cert_pem: String::new(),
         key_pem: String::new(),
@@ -519,7 +519,7 @@ mod tests {
 
     /// What the operator writes into the CA Secret for `state`, read back as a Secret.
     fn written(state: State) -> Secret {
-        let plan = Plan {
+        let plan = Rotation {
             state,
             bundle: String::new(),
             next: OffsetDateTime::now_utc(),

@@ -91,7 +91,7 @@ pub fn rotate(
     settings: &TunnelCertSettings,
     live: Live<'_>,
     now: OffsetDateTime,
-) -> Result<rotation::Plan, String> {
+) -> Result<rotation::Rotation, String> {
     let host = resolved.external_host.clone();
     let spec = Spec {
         ca_common_name: format!(
@@ -117,7 +117,7 @@ pub fn objects(
     provider: Provider,
     settings: &TunnelCertSettings,
     live: Live<'_>,
-    built_in: Option<&Result<rotation::Plan, String>>,
+    built_in: Option<&Result<rotation::Rotation, String>>,
 ) -> Result<Tunnel, String> {
     if !resolved.tls_auto {
         return Ok(Tunnel::default());
@@ -181,7 +181,7 @@ fn built_in_objects(
     cr: &cp_api::ConnectivityProxy,
     ns: &str,
     secret: &str,
-    plan: &rotation::Plan,
+    plan: &rotation::Rotation,
 ) -> Tunnel {
     let cr_ns = cr.namespace().unwrap_or_default();
     Tunnel {

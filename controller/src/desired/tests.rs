@@ -306,7 +306,7 @@ mod golden {
     use crate::certificates::tunnel::{self, Live, Provider};
     use crate::certificates::{TunnelCertSettings, ca_secret_content, leaf_secret_content};
     use cp_api::testing;
-    use cp_certs::rotation::{Plan, State};
+    use cp_certs::rotation::{Rotation, State};
     use cp_certs::{Ca, Leaf};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
@@ -468,9 +468,9 @@ mod golden {
     }
 
     /// A rotation plan with fixed (not parseable) PEMs and times.
-    fn fixed_plan() -> Plan {
+    fn fixed_plan() -> Rotation {
         let t = time::OffsetDateTime::from_unix_timestamp(1_714_564_800).expect("a time");
-        Plan {
+        Rotation {
             state: State {
                 ca: Some(Ca {
                     cert_pem: "CA-CERT".into(),

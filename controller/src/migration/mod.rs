@@ -1,6 +1,7 @@
 //! Taking over an installation left by the legacy reconciler, one step per reconcile, as gather →
-//! decide → execute: [`gather`] reads the CR's takeover annotations and (read-only) what the legacy
-//! installation left; [`decide`] (pure) picks the next [`Step`], building on [`plan`] (what to import
+//! decide → execute within the reconcile's one gather and one plan: [`gather`] (called by
+//! [`crate::gather`]) reads the CR's takeover annotations and (read-only) what the legacy
+//! installation left; [`decide`] (pure, called by [`crate::plan`]) picks the next [`Step`], building on [`plan`] (what to import
 //! into the CR, back up, delete, adopt or keep, and what blocks the takeover); [`execute`] performs
 //! exactly that step's writes. Each step's state is in the CR or the cluster, so a crash at any point
 //! resumes where it stopped and loses nothing: start (takeover id) → backups → import (validated
@@ -20,7 +21,7 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 pub use import::{ImportError, import};
-pub use plan::{Blocker, Plan};
+pub use plan::{Blocker, Takeover};
 
 use crate::Error;
 use crate::apply::{Applier, MergePatch, Writer};
@@ -100,9 +101,11 @@ const IN_PROGRESS: &str = "in-progress";
 /// The value of [`MIGRATION_ANNOTATION`] once a takeover is done.
 const DONE: &str = "done";
 
-/// What the next migration step is decided from ([`gather`]).
+/// A takeover's progress as the CR's annotations record it, with what the legacy installation left
+/// while one runs: what the next migration step is decided from ([`gather`], part of
+/// [`crate::gather::Facts`]).
 #[derive(Clone, Debug)]
-pub enum Facts {
+pub enum Progress {
     /// No takeover in progress: the annotation is absent, `done`, or any other value (the webhook
     /// refuses the annotation from anyone but the operator, but an older release or an admin may have
     /// written one).
@@ -119,7 +122,7 @@ pub enum Facts {
         /// The CR carries [`IMPORTED_ANNOTATION`]: the import is done.
         imported: bool,
         /// What the legacy installation left ([`plan::gather`]).
-        takeover: plan::Facts,
+        takeover: plan::Leftovers,
     },
 }
 
@@ -176,30 +179,36 @@ pub enum Step {
     },
 }
 
-/// Reads what the next migration step is decided from: the CR's takeover annotations, then (with
-/// reads only) the legacy StatefulSet while no takeover runs, or the takeover's facts
-/// ([`plan::gather`]) while one does.
+/// Whether a reconcile of `cr` takes the legacy installation over first: a takeover runs (the
+/// annotation is neither absent nor `done`), or a StatefulSet with the legacy reconciler's marks is
+/// present ([`is_legacy`]).
+pub fn wanted(cr: &ConnectivityProxy, legacy_statefulset: bool) -> bool {
+    let state = cr
+        .annotations()
+        .get(MIGRATION_ANNOTATION)
+        .map(String::as_str);
+    !matches!(state, Some(DONE) | None) || legacy_statefulset
+}
+
+/// Reads what the next migration step is decided from: the CR's takeover annotations, and (with
+/// reads only) the takeover's leftovers ([`plan::gather`]) while one runs. `legacy_statefulset`:
+/// the StatefulSet under the proxy's name carries the legacy reconciler's marks.
 pub async fn gather(
     client: &Client,
     proof: &crate::ownership::Proof,
     cr: &ConnectivityProxy,
-) -> Result<Facts, Error> {
+    legacy_statefulset: bool,
+) -> Result<Progress, Error> {
     let ns = cr.namespace().unwrap_or_default();
     let annotations = cr.annotations();
     if annotations.get(MIGRATION_ANNOTATION).map(String::as_str) != Some(IN_PROGRESS) {
-        let sts = Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), &ns)
-            .get_opt(names::STATEFULSET)
-            .await
-            .map_err(|e| Error::kube("reading the StatefulSet", e))?;
-        return Ok(Facts::Idle {
-            legacy_statefulset: sts.as_ref().is_some_and(|s| is_legacy(&s.metadata)),
-        });
+        return Ok(Progress::Idle { legacy_statefulset });
     }
     let id = match annotations.get(TAKEOVER_ID_ANNOTATION) {
         Some(id) if !id.is_empty() => id.clone(),
-        _ => return Ok(Facts::WithoutId),
+        _ => return Ok(Progress::WithoutId),
     };
-    Ok(Facts::InProgress {
+    Ok(Progress::InProgress {
         imported: annotations.contains_key(IMPORTED_ANNOTATION),
         takeover: plan::gather(client, proof, &ns, &id).await?,
         id,
@@ -208,19 +217,19 @@ pub async fn gather(
 
 /// The next migration step for a CR with `spec`, from `facts` alone. Each step's state is in the
 /// CR's annotations or the cluster, so a crash at any point resumes with the step it stopped in.
-pub fn decide(spec: &ConnectivityProxySpec, facts: &Facts) -> Step {
+pub fn decide(spec: &ConnectivityProxySpec, facts: &Progress) -> Step {
     let (id, imported, takeover) = match facts {
         // Only "in-progress" continues a takeover; a new one starts only where a legacy
         // StatefulSet with its marks exists.
-        Facts::Idle { legacy_statefulset } => {
+        Progress::Idle { legacy_statefulset } => {
             return if *legacy_statefulset {
                 Step::Start
             } else {
                 Step::NotNeeded
             };
         }
-        Facts::WithoutId => return Step::RecordId,
-        Facts::InProgress {
+        Progress::WithoutId => return Step::RecordId,
+        Progress::InProgress {
             id,
             imported,
             takeover,
@@ -326,12 +335,6 @@ fn annotations(pairs: &[(&str, Option<&str>)]) -> MergePatch {
     pairs
         .iter()
         .fold(MergePatch::default(), |p, (k, v)| p.annotation(k, *v))
-}
-
-/// Runs the next migration step, if any: [`gather`] → [`decide`] → [`execute`].
-pub async fn migrate(applier: &Applier, cr: &ConnectivityProxy) -> Result<Outcome, Error> {
-    let facts = gather(applier.writer().client(), applier.proof(), cr).await?;
-    execute(applier, cr, decide(&cr.spec, &facts)).await
 }
 
 /// Carries out `step`: exactly its writes, in order (a new takeover id is taken from the clock here).

@@ -64,7 +64,7 @@ impl Found {
 
 /// What [`gather`] read.
 #[derive(Clone, Debug, Default)]
-pub struct Facts {
+pub struct Leftovers {
     /// A StatefulSet the legacy reconciler manages is present.
     pub legacy_statefulset: bool,
     /// Data of the legacy ConfigMaps as they are in the cluster now (absent or adopted: `None`).
@@ -100,7 +100,7 @@ impl std::fmt::Display for Blocker {
 
 /// What the takeover does.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct Plan {
+pub struct Takeover {
     /// A legacy installation is present.
     pub legacy_installation: bool,
     /// `spec.config` after the import.
@@ -163,8 +163,8 @@ pub async fn gather(
     proof: &crate::ownership::Proof,
     ns: &str,
     id: &str,
-) -> Result<Facts, Error> {
-    let mut facts = Facts {
+) -> Result<Leftovers, Error> {
+    let mut facts = Leftovers {
         legacy_statefulset: Api::<StatefulSet>::namespaced(client.clone(), ns)
             .get_opt(names::STATEFULSET)
             .await
@@ -254,8 +254,8 @@ pub async fn gather(
 }
 
 /// The takeover of the installation in `facts` for a CR with `spec`, as takeover `id`.
-pub fn plan(spec: &ConnectivityProxySpec, facts: &Facts, id: &str) -> Plan {
-    let mut p = Plan {
+pub fn plan(spec: &ConnectivityProxySpec, facts: &Leftovers, id: &str) -> Takeover {
+    let mut p = Takeover {
         legacy_installation: facts.legacy_statefulset,
         ..Default::default()
     };
@@ -399,7 +399,7 @@ pub fn plan(spec: &ConnectivityProxySpec, facts: &Facts, id: &str) -> Plan {
 
 /// The plan as text for a person: what would be imported (YAML), backed up, deleted, adopted, kept,
 /// and every blocker with its fix.
-pub fn render_text(p: &Plan) -> String {
+pub fn render_text(p: &Takeover) -> String {
     if !p.legacy_installation && p.delete.is_empty() && p.adopt.is_empty() {
         return "No legacy reconciler installation found: nothing to take over.\n".into();
     }
@@ -464,8 +464,8 @@ pub(super) mod tests {
     use cp_api::testing::default_spec;
 
     /// A complete legacy installation (every legacy object, marked) whose config is `config`.
-    pub(in crate::migration) fn legacy_facts(config: &str) -> Facts {
-        let mut f = Facts {
+    pub(in crate::migration) fn legacy_facts(config: &str) -> Leftovers {
+        let mut f = Leftovers {
             legacy_statefulset: true,
             legacy_service_key: true,
             ..Default::default()
@@ -587,7 +587,7 @@ pub(super) mod tests {
 
     #[test]
     fn a_clean_cluster_has_nothing_to_do() {
-        let p = plan(&default_spec(), &Facts::default(), "1");
+        let p = plan(&default_spec(), &Leftovers::default(), "1");
         assert!(!p.legacy_installation && p.delete.is_empty() && p.blockers.is_empty());
         assert!(render_text(&p).contains("nothing to take over"));
     }

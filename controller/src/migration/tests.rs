@@ -1,4 +1,4 @@
-//! Facts → [`Step`]: one case per migration step.
+//! Progress → [`Step`]: one case per migration step.
 
 use std::collections::BTreeMap;
 
@@ -7,32 +7,32 @@ use cp_api::testing::default_spec;
 use serde_json::json;
 
 use super::plan::tests::{DEDICATED, legacy_facts};
-use super::plan::{Disposition, Facts as TakeoverFacts};
+use super::plan::{Disposition, Leftovers};
 use super::*;
 
 const ID: &str = "20261130-120000";
 
-fn in_progress(imported: bool, takeover: TakeoverFacts) -> Facts {
-    Facts::InProgress {
+fn in_progress(imported: bool, takeover: Leftovers) -> Progress {
+    Progress::InProgress {
         id: ID.into(),
         imported,
         takeover,
     }
 }
 
-fn decided(facts: &Facts) -> Step {
+fn decided(facts: &Progress) -> Step {
     decide(&default_spec(), facts)
 }
 
 /// `facts` with this takeover's backups of both legacy ConfigMaps written.
-fn backed_up(mut facts: TakeoverFacts) -> TakeoverFacts {
+fn backed_up(mut facts: Leftovers) -> Leftovers {
     facts.backups = facts.live.clone();
     facts
 }
 
 #[test]
 fn no_takeover_and_no_legacy_statefulset_needs_nothing() {
-    let facts = Facts::Idle {
+    let facts = Progress::Idle {
         legacy_statefulset: false,
     };
     assert_eq!(decided(&facts), Step::NotNeeded);
@@ -41,7 +41,7 @@ fn no_takeover_and_no_legacy_statefulset_needs_nothing() {
 #[test]
 fn a_legacy_statefulset_starts_a_takeover() {
     // Also after an earlier takeover ("done"): a legacy installation back after a rollback.
-    let facts = Facts::Idle {
+    let facts = Progress::Idle {
         legacy_statefulset: true,
     };
     assert_eq!(decided(&facts), Step::Start);
@@ -49,12 +49,12 @@ fn a_legacy_statefulset_starts_a_takeover() {
 
 #[test]
 fn a_takeover_without_an_id_records_one() {
-    assert_eq!(decided(&Facts::WithoutId), Step::RecordId);
+    assert_eq!(decided(&Progress::WithoutId), Step::RecordId);
 }
 
 #[test]
 fn a_takeover_without_any_legacy_installation_is_closed() {
-    let facts = in_progress(false, TakeoverFacts::default());
+    let facts = in_progress(false, Leftovers::default());
     assert_eq!(decided(&facts), Step::CloseNoEvidence { id: ID.into() });
     // Unmarked look-alikes or objects already adopted are no evidence either.
     let mut takeover = legacy_facts(DEDICATED);
@@ -84,7 +84,7 @@ fn a_backup_or_a_done_import_is_evidence_and_the_takeover_goes_on() {
         Step::Import { .. }
     ));
     // Imported, then everything legacy gone: the teardown finishes with nothing left to do.
-    match decided(&in_progress(true, TakeoverFacts::default())) {
+    match decided(&in_progress(true, Leftovers::default())) {
         Step::Teardown {
             objects,
             left_alone,

@@ -42,8 +42,9 @@ pub enum Plan {
     },
     /// The CR itself is written first (finalizer, this release's `spec.deployment` defaults).
     UpdateCr(Vec<CrPatch>),
-    /// The legacy installation is taken over first ([`crate::migration::migrate`], one step a reconcile).
-    Migrate,
+    /// The legacy installation is taken over first: this step ([`crate::migration::decide`]), one a
+    /// reconcile.
+    Migrate(Box<crate::migration::Step>),
     /// Apply what differs, prune what is no longer desired, report.
     Install(Box<Install>),
 }
@@ -195,12 +196,16 @@ fn admission(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings) -> Opti
     if !patches.is_empty() {
         return Some(Plan::UpdateCr(patches));
     }
-    let state = cr
-        .annotations()
-        .get(cp_api::keys::MIGRATION_ANNOTATION)
-        .map(String::as_str);
-    let migrating = !matches!(state, Some("done") | None) || facts.legacy_statefulset;
-    migrating.then_some(Plan::Migrate)
+    if !crate::migration::wanted(cr, facts.legacy_statefulset) {
+        return None;
+    }
+    let idle = crate::migration::Progress::Idle {
+        legacy_statefulset: facts.legacy_statefulset,
+    };
+    let progress = facts.migration.as_ref().unwrap_or(&idle);
+    Some(Plan::Migrate(Box::new(crate::migration::decide(
+        &cr.spec, progress,
+    ))))
 }
 
 /// The JSON patch adding the finalizer, unless the CR has it.

@@ -115,6 +115,7 @@ impl TestFacts {
             now: OffsetDateTime::now_utc(),
             other_primary: None,
             legacy_statefulset: false,
+            migration: None,
             apis: Apis {
                 kinds: Kind::ALL
                     .into_iter()
@@ -779,7 +780,10 @@ fn the_cr_is_written_first_finalizer_and_release_defaults() {
 fn a_legacy_installation_is_taken_over_first() {
     let cr = mk_default_cr();
     let legacy = TestFacts::ready().with(|f| f.legacy_statefulset = true);
-    assert_eq!(run(&cr, &legacy), Plan::Migrate);
+    assert_eq!(
+        run(&cr, &legacy),
+        Plan::Migrate(Box::new(crate::migration::Step::Start))
+    );
     let mut in_progress = mk_default_cr();
     in_progress
         .metadata
@@ -789,7 +793,10 @@ fn a_legacy_installation_is_taken_over_first() {
             cp_api::keys::MIGRATION_ANNOTATION.into(),
             "in-progress".into(),
         );
-    assert_eq!(run(&in_progress, &TestFacts::ready()), Plan::Migrate);
+    assert!(matches!(
+        run(&in_progress, &TestFacts::ready()),
+        Plan::Migrate(_)
+    ));
     let mut done = mk_default_cr();
     done.metadata
         .annotations

@@ -320,7 +320,7 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, DecodeError> {
 
 /// What the webhook knows about the cluster when it decides.
 #[derive(Clone, Debug, Default)]
-pub struct Facts {
+pub struct ClusterView {
     /// Existing ServiceMappings, indexed by their uniqueness key (shared with the watch: no copy).
     pub service_mappings: crate::index::SharedIndex,
     /// Whether any ConnectivityProxy runs in shared tenant mode.
@@ -339,7 +339,7 @@ pub fn review(
     endpoint: Endpoint,
     req: &Request,
     policy: &Policy,
-    facts: &dyn Fn() -> Facts,
+    facts: &dyn Fn() -> ClusterView,
 ) -> (Response, Decision) {
     let mut resp = Response {
         uid: req.uid.to_string(),
@@ -691,7 +691,7 @@ fn outside_module_namespace(req: &Request) -> Option<String> {
 pub fn validate_cp(
     req: &Request,
     policy: &Policy,
-    facts: &dyn Fn() -> Facts,
+    facts: &dyn Fn() -> ClusterView,
 ) -> Result<Vec<String>, Denial> {
     let new_raw = spec_raw(req.object.as_ref(), "object")?;
     if same_spec_text(req, new_raw) {
@@ -727,7 +727,7 @@ fn same_typed_spec(old: Option<&RawValue>, new: &ConnectivityProxySpec) -> bool 
 fn check_cp(
     req: &Request,
     policy: &Policy,
-    facts: &dyn Fn() -> Facts,
+    facts: &dyn Fn() -> ClusterView,
     old_raw: Option<&RawValue>,
     new_raw: &RawValue,
     new: &ConnectivityProxySpec,
@@ -768,7 +768,7 @@ fn check_cp(
 }
 
 /// Validates a ServiceMapping: its fields and the uniqueness of (type, subaccountId, serviceId).
-pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
+pub fn validate_sm(req: &Request, facts: &ClusterView) -> Result<(), Denial> {
     let raw = spec_raw(req.object.as_ref(), "object")?;
     if same_spec_text(req, raw) {
         // Labels (the operator's adoption), finalizers: a mapping stored under older rules stays
@@ -826,7 +826,11 @@ pub fn validate_sm(req: &Request, facts: &Facts) -> Result<(), Denial> {
 /// ([`cp_api::mapping::MAPPINGS_BUDGET_BYTES`]): the controller could not publish it (it keeps the last
 /// configuration that fitted), so it is refused here, saying why. A mapping that does not grow its entry
 /// is always admitted.
-fn mapping_budget(name: &str, spec: &ServiceMappingSpec, facts: &Facts) -> Result<(), Denial> {
+fn mapping_budget(
+    name: &str,
+    spec: &ServiceMappingSpec,
+    facts: &ClusterView,
+) -> Result<(), Denial> {
     use cp_api::mapping::{MAPPINGS_BUDGET_BYTES, MAPPINGS_CONFIGMAP_OVERHEAD_BYTES, entry_bytes};
     let needed = entry_bytes(name, spec);
     let (used, old) = facts

@@ -66,14 +66,14 @@ fn policy() -> Policy {
     }
 }
 
-fn run(endpoint: Endpoint, body: &[u8], facts: Facts) -> (Response, Decision) {
+fn run(endpoint: Endpoint, body: &[u8], facts: ClusterView) -> (Response, Decision) {
     let req = decode(body).expect("decodes");
     review(endpoint, &req, &policy(), &|| facts.clone())
 }
 
 /// The validating endpoint's answer to `body`, with no ServiceMappings and no shared tenant.
 fn validate(body: &[u8]) -> (Response, Decision) {
-    run(Endpoint::Validate, body, Facts::default())
+    run(Endpoint::Validate, body, ClusterView::default())
 }
 
 /// Asserts that the validating endpoint denies `body` with a message naming `field`; returns the
@@ -232,7 +232,7 @@ fn a_mapping_beyond_the_configmap_budget_is_refused_saying_why() {
             > cp_api::mapping::MAPPINGS_BUDGET_BYTES - 200,
         "{used}: the index is not near the budget"
     );
-    let facts = Facts {
+    let facts = ClusterView {
         service_mappings: index,
         shared_tenant: false,
     };
@@ -261,7 +261,7 @@ fn a_mapping_beyond_the_configmap_budget_is_refused_saying_why() {
         Decision::Allowed
     );
     // With room left: admitted.
-    let facts = Facts {
+    let facts = ClusterView {
         service_mappings: mapping_index(100),
         shared_tenant: false,
     };
@@ -274,7 +274,7 @@ fn a_mapping_beyond_the_configmap_budget_is_refused_saying_why() {
 
 #[test]
 fn switching_channels_off_with_10000_mappings_is_refused_in_a_short_message() {
-    let facts = Facts {
+    let facts = ClusterView {
         service_mappings: mapping_index(10_000),
         shared_tenant: false,
     };
@@ -295,7 +295,7 @@ fn switching_channels_off_with_10000_mappings_is_refused_in_a_short_message() {
 fn duplicate_mapping_is_refused() {
     let existing: cp_api::ServiceMapping =
         serde_json::from_value(mapping("a", "s4")).expect("mapping");
-    let facts = Facts {
+    let facts = ClusterView {
         service_mappings: crate::index::SharedIndex::new(crate::index::MappingIndex::of([
             &existing,
         ])),
@@ -355,7 +355,7 @@ fn bad_input_is_rejected_without_panic() {
         Endpoint::Validate,
         Endpoint::ValidateServiceMapping,
     ] {
-        let (resp, d) = run(ep, &body, Facts::default());
+        let (resp, d) = run(ep, &body, ClusterView::default());
         assert_eq!(d, Decision::Denied, "{ep:?}");
         assert!(!resp.result.message.is_empty());
     }
@@ -368,7 +368,7 @@ fn bad_input_is_rejected_without_panic() {
 fn the_answer_is_an_admission_review_with_a_single_operation_base64_patch() {
     use base64::Engine;
     let body = cr_review("CREATE", "alice", default_cr(), None);
-    let (resp, _) = run(Endpoint::Mutate, &body, Facts::default());
+    let (resp, _) = run(Endpoint::Mutate, &body, ClusterView::default());
     let raw_patch = resp.patch_bytes().expect("a patch");
     let ours: Value =
         serde_json::from_slice(&encode_response(resp.clone()).expect("encodes")).expect("json");
@@ -485,12 +485,22 @@ fn a_mapping_stored_under_older_rules_can_still_be_labelled() {
     labelled["metadata"]["labels"] = json!({"kyma-project.io/module": "connectivity-proxy"});
     let body = mapping_review("UPDATE", "op", labelled.clone(), Some(stored.clone()));
     assert_eq!(
-        run(Endpoint::ValidateServiceMapping, &body, Facts::default()).1,
+        run(
+            Endpoint::ValidateServiceMapping,
+            &body,
+            ClusterView::default()
+        )
+        .1,
         Decision::Allowed
     );
     let body = mapping_review("CREATE", "op", labelled, None);
     assert_eq!(
-        run(Endpoint::ValidateServiceMapping, &body, Facts::default()).1,
+        run(
+            Endpoint::ValidateServiceMapping,
+            &body,
+            ClusterView::default()
+        )
+        .1,
         Decision::Denied
     );
 }
@@ -504,14 +514,24 @@ fn a_mapping_being_deleted_is_validated_when_its_spec_changes() {
     released["metadata"]["finalizers"] = json!([]);
     let body = mapping_review("UPDATE", "op", released, Some(stored.clone()));
     assert_eq!(
-        run(Endpoint::ValidateServiceMapping, &body, Facts::default()).1,
+        run(
+            Endpoint::ValidateServiceMapping,
+            &body,
+            ClusterView::default()
+        )
+        .1,
         Decision::Allowed
     );
     let mut rewritten = stored.clone();
     rewritten["spec"]["internalAddress"] = json!("no-port");
     let body = mapping_review("UPDATE", "op", rewritten, Some(stored));
     assert_eq!(
-        run(Endpoint::ValidateServiceMapping, &body, Facts::default()).1,
+        run(
+            Endpoint::ValidateServiceMapping,
+            &body,
+            ClusterView::default()
+        )
+        .1,
         Decision::Denied
     );
 }
@@ -684,7 +704,11 @@ fn the_operators_annotations_are_refused_to_an_editor_and_named() {
     let mut created = default_cr();
     created["metadata"]["annotations"] = json!({key: "in-progress"});
     let body = cr_review("CREATE", "alice", created, None);
-    assert!(run(Endpoint::Mutate, &body, Facts::default()).0.allowed);
+    assert!(
+        run(Endpoint::Mutate, &body, ClusterView::default())
+            .0
+            .allowed
+    );
 }
 
 #[test]
