@@ -292,6 +292,35 @@ pub fn not_ours(d: &Desired) -> Error {
     })
 }
 
+/// A managed object to delete, as read: it is deleted only while its UID and resourceVersion are
+/// still these.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prune {
+    /// Its kind.
+    pub kind: Kind,
+    /// Its metadata as cached.
+    pub meta: kube::api::ObjectMeta,
+}
+
+impl Prune {
+    /// The managed object `o` of `kind`, as cached.
+    pub fn of(kind: Kind, o: &DynamicObject) -> Self {
+        Self {
+            kind,
+            meta: o.metadata.clone(),
+        }
+    }
+
+    /// The cache key.
+    pub fn key(&self) -> crate::cache::Key {
+        (
+            self.kind,
+            self.meta.namespace.clone(),
+            self.meta.name.clone().unwrap_or_default(),
+        )
+    }
+}
+
 /// How a write goes out (the `verb` label of the writes metric).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verb {

@@ -1,7 +1,7 @@
-//! Deletion, as gather → plan → execute: [`plan_deletion`] decides purely from the CR's finalizers
-//! and the ServiceMappings (blocked while any exist, otherwise every managed object in every namespace
-//! and cluster scope is removed, then the finalizer); [`reconcile_deletion`] carries the steps out in
-//! order.
+//! Deletion, a part of the one plan: [`plan_deletion`] decides purely from the CR's finalizers and
+//! the gathered facts (blocked while any ServiceMapping exists, otherwise every managed object the
+//! operator can prove it created, in every namespace and cluster scope, is removed, then the
+//! finalizer); the reconcile carries the steps out in order ([`execute`]).
 
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::Error;
 use crate::context::Ctx;
+use crate::gather::Facts;
 use crate::status::{self, Computed, Cond, types};
 
 /// How many mapping names a status message lists.
@@ -24,9 +25,15 @@ const LIST_AT_MOST: usize = 20;
 pub enum DeletionStep {
     /// Write this status.
     WriteStatus(Computed),
-    /// Delete every managed object of the CR, listed from the caches at this point (after the
-    /// `Deleting` status is written).
-    DeleteOwned,
+    /// Delete every managed object of the CR the operator can prove it created (after the
+    /// `Deleting` status is written), each only while it is still the object read; those with its
+    /// labels but no proof are left alone (`Kind ns/name`, logged).
+    DeleteOwned {
+        /// What is deleted.
+        objects: Vec<crate::apply::Prune>,
+        /// What is left alone.
+        left_alone: Vec<String>,
+    },
     /// Apply this JSON patch to the CR: it removes the operator's finalizer and keeps every other,
     /// and fails if the finalizers changed meanwhile.
     RemoveFinalizer(Value),
@@ -43,23 +50,10 @@ pub struct DeletionPlan {
     pub then: Action,
 }
 
-/// Reconciles a CR that is being deleted: reads the ServiceMappings, plans, carries the steps out.
-pub async fn reconcile_deletion(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
-    let mappings: Vec<String> = ctx.mappings.state().iter().map(|m| m.name_any()).collect();
-    let plan = plan_deletion(cr.finalizers(), mappings, ctx.settings.resync);
-    for step in &plan.steps {
-        execute(cr, ctx, step).await?;
-    }
-    Ok(plan.then)
-}
-
-/// The deletion of a CR with `finalizers` while the ServiceMappings `mappings` exist; a blocked
-/// deletion is looked at again after `resync`.
-pub fn plan_deletion(
-    finalizers: &[String],
-    mut mappings: Vec<String>,
-    resync: Duration,
-) -> DeletionPlan {
+/// The deletion of a CR with `finalizers`, from the ServiceMappings and the managed objects in
+/// `facts`; a blocked deletion is looked at again after `resync`.
+pub fn plan_deletion(finalizers: &[String], facts: &Facts, resync: Duration) -> DeletionPlan {
+    let mut mappings: Vec<String> = facts.mappings.iter().map(|m| m.name_any()).collect();
     if !finalizers.iter().any(|f| f == names::FINALIZER) {
         return DeletionPlan {
             steps: vec![],
@@ -117,7 +111,14 @@ pub fn plan_deletion(
     DeletionPlan {
         steps: vec![
             DeletionStep::WriteStatus(computed),
-            DeletionStep::DeleteOwned,
+            DeletionStep::DeleteOwned {
+                objects: facts
+                    .owned
+                    .iter()
+                    .map(|(k, o)| crate::apply::Prune::of(k.0, o))
+                    .collect(),
+                left_alone: facts.unproven.iter().map(crate::plan::describe).collect(),
+            },
             DeletionStep::RemoveFinalizer(patch),
             DeletionStep::ForgetMetrics,
         ],
@@ -126,32 +127,21 @@ pub fn plan_deletion(
 }
 
 /// Carries out one step.
-async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, step: &DeletionStep) -> Result<(), Error> {
+pub async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, step: &DeletionStep) -> Result<(), Error> {
     let ns = cr.namespace().unwrap_or_default();
     let name = cr.name_any();
     match step {
         DeletionStep::WriteStatus(computed) => status::write(ctx, cr, computed).await?,
-        DeletionStep::DeleteOwned => {
-            for (kind, obj) in ctx
-                .cache
-                .owned(
-                    &ctx.available_kinds(),
-                    cr,
-                    &crate::desired::object_namespaces(cr),
-                )
-                .await?
-            {
-                // Only what the operator can prove it created goes with the CR.
-                if !ctx.applier.proof().ours(kind, &obj.metadata) {
-                    tracing::warn!(kind = %kind.api_resource().kind, name = %obj.name_any(), namespace = obj.namespace().as_deref().unwrap_or(""), "left alone on deletion: the operator's labels without its ownership proof");
-                    continue;
-                }
+        DeletionStep::DeleteOwned {
+            objects,
+            left_alone,
+        } => {
+            for o in left_alone {
+                tracing::warn!(object = %o, "left alone on deletion: the operator's labels without its ownership proof");
+            }
+            for p in objects {
                 ctx.applier
-                    .remove(
-                        kind,
-                        &obj.metadata,
-                        "the ConnectivityProxy is being deleted",
-                    )
+                    .remove(p.kind, &p.meta, "the ConnectivityProxy is being deleted")
                     .await?;
             }
         }
@@ -188,6 +178,25 @@ mod tests {
         list.iter().map(|f| f.to_string()).collect()
     }
 
+    /// Facts with these ServiceMappings and no managed objects.
+    fn with_mappings(names: Vec<String>) -> Facts {
+        let mut facts = Facts::not_installed(None, Default::default());
+        facts.mappings = names
+            .into_iter()
+            .map(|n| {
+                std::sync::Arc::new(
+                    serde_json::from_value(json!({
+                        "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+                        "metadata": {"name": n},
+                        "spec": {"type": "TCP", "subaccountId": "s", "serviceId": "x", "internalAddress": "h:1"}
+                    }))
+                    .expect("mapping"),
+                )
+            })
+            .collect();
+        facts
+    }
+
     fn status_of(plan: &DeletionPlan) -> &Computed {
         match plan.steps.first() {
             Some(DeletionStep::WriteStatus(c)) => c,
@@ -198,7 +207,11 @@ mod tests {
     #[test]
     fn without_the_finalizer_nothing_is_done() {
         for mappings in [vec![], vec!["m-1".to_string()]] {
-            let plan = plan_deletion(&finalizers(&["other/finalizer"]), mappings, RESYNC);
+            let plan = plan_deletion(
+                &finalizers(&["other/finalizer"]),
+                &with_mappings(mappings),
+                RESYNC,
+            );
             assert_eq!(
                 plan,
                 DeletionPlan {
@@ -212,7 +225,11 @@ mod tests {
     #[test]
     fn service_mappings_block_the_deletion_with_a_warning_naming_at_most_20() {
         let mappings: Vec<String> = (0..25).rev().map(|i| format!("m-{i:02}")).collect();
-        let plan = plan_deletion(&finalizers(&[names::FINALIZER]), mappings, RESYNC);
+        let plan = plan_deletion(
+            &finalizers(&[names::FINALIZER]),
+            &with_mappings(mappings),
+            RESYNC,
+        );
         assert_eq!(plan.steps.len(), 1, "only the status: {:?}", plan.steps);
         assert_eq!(plan.then, Action::requeue(RESYNC));
         let status = status_of(&plan);
@@ -230,7 +247,7 @@ mod tests {
 
         let plan = plan_deletion(
             &finalizers(&[names::FINALIZER]),
-            vec!["b".into(), "a".into()],
+            &with_mappings(vec!["b".into(), "a".into()]),
             RESYNC,
         );
         let description = &status_of(&plan).description;
@@ -243,7 +260,24 @@ mod tests {
     #[test]
     fn without_mappings_everything_is_removed_then_only_our_finalizer() {
         let before = finalizers(&["a/first", names::FINALIZER, "z/last"]);
-        let plan = plan_deletion(&before, vec![], RESYNC);
+        let mut facts = with_mappings(vec![]);
+        let cm: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "kyma-system", "uid": "u-1", "resourceVersion": "7"}
+        }))
+        .expect("object");
+        let key = (
+            crate::desired::Kind::ConfigMap,
+            Some("kyma-system".to_string()),
+            "c".to_string(),
+        );
+        facts.owned.insert(key, cm.clone());
+        facts.unproven.push((
+            crate::desired::Kind::Secret,
+            Some("kyma-system".into()),
+            "s".into(),
+        ));
+        let plan = plan_deletion(&before, &facts, RESYNC);
         assert_eq!(plan.then, Action::await_change());
         let status = status_of(&plan);
         assert_eq!(
@@ -253,7 +287,13 @@ mod tests {
         assert_eq!(
             plan.steps[1..],
             [
-                DeletionStep::DeleteOwned,
+                DeletionStep::DeleteOwned {
+                    objects: vec![crate::apply::Prune::of(
+                        crate::desired::Kind::ConfigMap,
+                        &cm
+                    )],
+                    left_alone: vec!["Secret kyma-system/s".into()],
+                },
                 DeletionStep::RemoveFinalizer(json!([
                     {"op": "test", "path": "/metadata/finalizers", "value": before},
                     {"op": "replace", "path": "/metadata/finalizers", "value": ["a/first", "z/last"]},

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use cp_api::{ConnectivityProxy, ServiceMapping, names};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
-use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 use time::OffsetDateTime;
 
 use crate::Error;
@@ -217,6 +217,14 @@ pub fn same(a: &ConnectivityProxy, b: &ConnectivityProxy) -> bool {
 pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
     let ns = cr.namespace().unwrap_or_default();
     let apis = apis(ctx);
+    let proof = ctx.applier.proof();
+    if cr.meta().deletion_timestamp.is_some() {
+        // Being deleted: what the deletion decides from, the mappings and the managed objects.
+        let mut facts = Facts::not_installed(None, apis);
+        facts.mappings = ctx.mappings.state();
+        owned(cr, ctx, &mut facts).await?;
+        return Ok(facts);
+    }
     let other_primary = primary(ctx)
         .filter(|p| !same(p, cr))
         .map(|p| (p.namespace().unwrap_or_default(), p.name_any()));
@@ -231,7 +239,6 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
     let legacy_statefulset = sts
         .as_ref()
         .is_some_and(|s| crate::migration::is_legacy(&s.metadata));
-    let proof = ctx.applier.proof();
     let migration = if crate::migration::wanted(cr, legacy_statefulset) {
         Some(crate::migration::gather(&ctx.client, proof, cr, legacy_statefulset).await?)
     } else {
@@ -257,14 +264,6 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         Some(name) => ctx.cache.secret(&ns, name, cr).await?,
         None => None,
     };
-    let (mut owned, mut adopted, mut unproven) = (BTreeMap::new(), Default::default(), vec![]);
-    for (k, o) in ctx
-        .cache
-        .owned(&apis.kinds, cr, &desired::object_namespaces(cr))
-        .await?
-    {
-        sort_by_proof(proof, (k, o), &mut owned, &mut adopted, &mut unproven);
-    }
     let mut facts = Facts {
         now: OffsetDateTime::now_utc(),
         other_primary,
@@ -281,13 +280,14 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         tunnel_tls: None,
         tunnel_rotation: None,
         connectivity_ca: ConnectivityCa::NotNeeded,
-        owned,
-        adopted,
-        unproven,
+        owned: BTreeMap::new(),
+        adopted: Default::default(),
+        unproven: vec![],
         pod_problem: None,
         statefulset,
         outside: ctx.outside_crs(),
     };
+    owned(cr, ctx, &mut facts).await?;
     facts.resolve_service_key(cr);
     tunnel_and_ca(cr, ctx, &mut facts).await?;
     if facts
@@ -303,6 +303,25 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         .foreign_secret_watches
         .set(i64::try_from(watches).unwrap_or(i64::MAX));
     Ok(facts)
+}
+
+/// The managed objects of `cr` from the caches, filed by their ownership proof.
+async fn owned(cr: &ConnectivityProxy, ctx: &Ctx, facts: &mut Facts) -> Result<(), Error> {
+    let proof = ctx.applier.proof();
+    for (k, o) in ctx
+        .cache
+        .owned(&facts.apis.kinds, cr, &desired::object_namespaces(cr))
+        .await?
+    {
+        sort_by_proof(
+            proof,
+            (k, o),
+            &mut facts.owned,
+            &mut facts.adopted,
+            &mut facts.unproven,
+        );
+    }
+    Ok(())
 }
 
 /// Files a labelled object under what its ownership proof says ([`crate::ownership::Standing`]).

@@ -42,12 +42,7 @@ pub async fn reconcile(cr: Arc<ConnectivityProxy>, ctx: Arc<Ctx>) -> Result<Acti
         tracing::info!(stores = ?pending, "managed-object caches not synced yet; reconciling once they are");
         return Ok(Action::requeue(std::time::Duration::from_secs(1)));
     }
-    let result = if cr.meta().deletion_timestamp.is_some() {
-        tracing::Span::current().record("action", "delete");
-        crate::deletion::reconcile_deletion(&cr, &ctx).await
-    } else {
-        install(&cr, &ctx).await
-    };
+    let result = install(&cr, &ctx).await;
     let label = match &result {
         Ok(_) => "success",
         Err(e) => e.metric_label(),
@@ -186,6 +181,13 @@ async fn install(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Action, Error> {
                 // The takeover finished in an earlier step: install from fresh facts right away.
                 None => Ok(Action::requeue(std::time::Duration::ZERO)),
             }
+        }
+        Plan::Delete(deletion) => {
+            span.record("action", "delete");
+            for step in &deletion.steps {
+                crate::deletion::execute(cr, ctx, step).await?;
+            }
+            Ok(deletion.then.clone())
         }
         Plan::Install(install) => {
             span.record("action", "install");

@@ -6,9 +6,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use cp_api::{ConnectivityProxy, State, names};
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
+pub use crate::apply::Prune;
 use crate::btp::ServiceKey;
 use crate::cache::Key;
 use crate::certificates::tunnel::{self, Live, Tunnel};
@@ -45,6 +46,8 @@ pub enum Plan {
     /// The legacy installation is taken over first: this step ([`crate::migration::decide`]), one a
     /// reconcile.
     Migrate(Box<crate::migration::Step>),
+    /// The CR is being deleted ([`crate::deletion::plan_deletion`]).
+    Delete(Box<crate::deletion::DeletionPlan>),
     /// Apply what differs, prune what is no longer desired, report.
     Install(Box<Install>),
 }
@@ -80,27 +83,6 @@ pub struct Write {
     pub confirm_absent: bool,
     /// The resourceVersion the cache held (the cache is trusted again once it has moved past it).
     pub cached_version: Option<String>,
-}
-
-/// A managed object to delete, as read: it is deleted only while its UID and resourceVersion are
-/// still these.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Prune {
-    /// Its kind.
-    pub kind: Kind,
-    /// Its metadata as cached.
-    pub meta: kube::api::ObjectMeta,
-}
-
-impl Prune {
-    /// The cache key.
-    pub fn key(&self) -> Key {
-        (
-            self.kind,
-            self.meta.namespace.clone(),
-            self.meta.name.clone().unwrap_or_default(),
-        )
-    }
 }
 
 /// The install plan.
@@ -152,6 +134,13 @@ pub fn outside_module_namespace() -> Cond {
 
 /// Plans the reconcile of `cr` (not being deleted).
 pub fn plan(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings) -> Plan {
+    if cr.meta().deletion_timestamp.is_some() {
+        return Plan::Delete(Box::new(crate::deletion::plan_deletion(
+            cr.finalizers(),
+            facts,
+            settings.resync,
+        )));
+    }
     if let Some(p) = admission(cr, facts, settings) {
         return p;
     }
@@ -465,7 +454,8 @@ fn auditlog_problem(
 }
 
 /// `Kind namespace/name` of a key.
-fn describe((kind, ns, name): &Key) -> String {
+/// `Kind ns/name` (or `Kind name`).
+pub fn describe((kind, ns, name): &Key) -> String {
     let kind = kind.api_resource().kind;
     match ns {
         Some(ns) => format!("{kind} {ns}/{name}"),
@@ -514,10 +504,7 @@ fn changes(
         .owned
         .iter()
         .filter(|(k, _)| !desired_keys.contains(*k))
-        .map(|(k, o)| Prune {
-            kind: k.0,
-            meta: o.metadata.clone(),
-        })
+        .map(|(k, o)| Prune::of(k.0, o))
         .collect();
     (writes, prune)
 }
