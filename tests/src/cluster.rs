@@ -579,6 +579,12 @@ impl ControlPlane {
             .map(|(_, c)| c.id())
     }
 
+    /// For a failed step of a test: a panic with the error and the last `lines` lines of process
+    /// `name`'s log (`result.unwrap_or_else(cp.panic_with_log("cp-controller", 40))`).
+    pub fn panic_with_log<T>(&self, name: &str, lines: usize) -> impl FnOnce(anyhow::Error) -> T {
+        move |e| panic!("{e:#}\n{name} log:\n{}", self.log_tail(name, lines))
+    }
+
     /// The tail of a process log, for failure messages.
     pub fn log_tail(&self, name: &str, lines: usize) -> String {
         let text = fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();

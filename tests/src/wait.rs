@@ -106,6 +106,47 @@ where
     .await
 }
 
+/// Waits until an admission policy refuses (403 or 422) a label change of `api`'s object `name`, then
+/// removes the probe label through `admin` (the same kind, with the right to); fails after `timeout`
+/// with `what`. Each probe sets label `cp-test/probe` to a new value, so a probe admitted before the
+/// policy is in force changes nothing that matters.
+pub async fn label_change_refused<K>(
+    api: &kube::api::Api<K>,
+    admin: &kube::api::Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+) -> anyhow::Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    use kube::api::{Patch, PatchParams};
+    let label =
+        |v: serde_json::Value| serde_json::json!({"metadata": {"labels": {"cp-test/probe": v}}});
+    let n = std::sync::atomic::AtomicU32::new(0);
+    until(what, timeout, || async {
+        let p = label(
+            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                .to_string()
+                .into(),
+        );
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&p))
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => Ok(Some(())),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
+    let unprobe = label(serde_json::Value::Null);
+    admin
+        .patch(name, &PatchParams::default(), &Patch::Merge(&unprobe))
+        .await
+        .map_err(|e| anyhow::anyhow!("removing the probe label: {e}"))?;
+    Ok(())
+}
+
 /// `api.get(name)` for a wait's check: a failed read becomes the observation (`Err` with its text).
 pub async fn get<K>(api: &kube::api::Api<K>, name: &str) -> Result<K, String>
 where

@@ -33,10 +33,11 @@ async fn the_fips_controller_issues_approved_keys_and_says_so() {
         (names::WEBHOOK_CA_SECRET, "ca.key"),
         (names::WEBHOOK_CERT_SECRET, "tls.key"),
     ] {
+        let what = "the FIPS controller to issue the webhook's certificates";
         let pem = cp_tests::wait::until_object(
             &secrets,
             name,
-            "the FIPS controller to issue the webhook's certificates",
+            what,
             Duration::from_secs(30),
             |s: Secret| {
                 Ok(s.data

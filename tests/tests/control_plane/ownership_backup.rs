@@ -76,12 +76,7 @@ async fn a_forged_backup_is_never_restored_from_nor_overwritten() {
         }
     })
     .await
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e:#}\ncontroller log:\n{}",
-            cp.log_tail("cp-controller", 40)
-        )
-    });
+    .unwrap_or_else(cp.panic_with_log("cp-controller", 40));
     let msg = cr
         .status
         .clone()

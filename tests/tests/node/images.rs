@@ -252,7 +252,7 @@ async fn images_run_the_module_against_the_api_server() {
             .map_err(|e| format!("{e:#}"))
     })
     .await
-    .unwrap_or_else(|e| panic!("{e:#}\nwebhook log:\n{}", cp.log_tail("image-webhook", 20)));
+    .unwrap_or_else(cp.panic_with_log("image-webhook", 20));
     let api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
     let cr = api.get("connectivity-proxy").await.expect("CR");
     assert!(
@@ -268,12 +268,7 @@ async fn images_run_the_module_against_the_api_server() {
         Duration::from_secs(90),
     )
     .await
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e:#}\ncontroller log:\n{}",
-            cp.log_tail("image-controller", 30)
-        )
-    });
+    .unwrap_or_else(cp.panic_with_log("image-controller", 30));
 
     // A protected edit by a user is refused by the webhook image, naming the field.
     let err = api
@@ -309,7 +304,7 @@ async fn wait_ready(cp: &ControlPlane, name: &str, addr: &str) {
         },
     )
     .await
-    .unwrap_or_else(|e| panic!("{e:#}\n{name} log:\n{}", cp.log_tail(name, 30)));
+    .unwrap_or_else(cp.panic_with_log(name, 30));
 }
 
 /// The test-node images `make images` also builds (not shipped; hack/images.sh, second section): the

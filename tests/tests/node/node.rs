@@ -386,16 +386,13 @@ async fn probe_pod(
     }))?;
     let pods: Api<Pod> = Api::namespaced(cluster.cp.admin().await?, ns);
     pods.create(&Default::default(), &pod).await?;
-    cp_tests::wait::until_object(
-        &pods,
-        name,
-        "the probe pod running",
-        Duration::from_secs(60),
-        |p| match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
+    let what = "the probe pod running";
+    cp_tests::wait::until_object(&pods, name, what, Duration::from_secs(60), |p| {
+        match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
             Some("Running") => Ok(Some(())),
             other => Err(format!("{other:?}")),
-        },
-    )
+        }
+    })
     .await?;
     let mark = format!("POD name:{name} namespace: {ns}");
     cp_tests::wait::until(
@@ -434,25 +431,20 @@ pub(crate) async fn listener_pod(
     }))?;
     let pods: Api<Pod> = Api::namespaced(cluster.cp.admin().await?, ns);
     pods.create(&Default::default(), &pod).await?;
-    cp_tests::wait::until_object(
-        &pods,
-        name,
-        "every listener running",
-        Duration::from_secs(60),
-        |p| {
-            let st = p.status.clone().unwrap_or_default();
-            let running = st
-                .container_statuses
-                .unwrap_or_default()
-                .iter()
-                .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-                .count();
-            match (running == ports.len(), st.pod_ip) {
-                (true, Some(ip)) => Ok(Some(ip)),
-                other => Err(format!("{running} running, {other:?}")),
-            }
-        },
-    )
+    let what = "every listener running";
+    cp_tests::wait::until_object(&pods, name, what, Duration::from_secs(60), |p| {
+        let st = p.status.clone().unwrap_or_default();
+        let running = st
+            .container_statuses
+            .unwrap_or_default()
+            .iter()
+            .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+            .count();
+        match (running == ports.len(), st.pod_ip) {
+            (true, Some(ip)) => Ok(Some(ip)),
+            other => Err(format!("{running} running, {other:?}")),
+        }
+    })
     .await
 }
 

@@ -47,24 +47,32 @@ const MANAGED: [(Kind, Option<&str>, &str); 11] = [
     ),
 ];
 
+/// `Ok(Some(()))` once every managed object exists (`present`), or none does; else the first that
+/// does not follow.
+async fn managed_objects(admin: &Client, present: bool) -> Result<Option<()>, String> {
+    for (kind, ns, name) in MANAGED {
+        if get(admin, kind, ns, name).await.is_some() != present {
+            let state = if present { "missing" } else { "still there" };
+            return Err(format!("{kind:?} {name} {state}"));
+        }
+    }
+    Ok(Some(()))
+}
+
 async fn wait_all_exist(admin: &Client) {
     let what = "every managed object exists";
     cp_tests::wait::until(what, Duration::from_secs(15), || async move {
-        for (kind, ns, name) in MANAGED {
-            if get(admin, kind, ns, name).await.is_none() {
-                let crs: Api<ConnectivityProxy> = Api::all(admin.clone());
-                let status: Vec<_> = crs
-                    .list(&Default::default())
-                    .await
-                    .map(|l| l.items)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|c| c.status)
-                    .collect();
-                return Err(format!("{kind:?} {name} missing; CR status: {status:?}"));
-            }
-        }
-        Ok(Some(()))
+        let Err(missing) = managed_objects(admin, true).await else {
+            return Ok(Some(()));
+        };
+        let crs: Api<ConnectivityProxy> = Api::all(admin.clone());
+        let crs = crs.list(&Default::default()).await.map(|l| l.items);
+        let status: Vec<_> = crs
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.status)
+            .collect();
+        Err(format!("{missing}; CR status: {status:?}"))
     })
     .await
     .expect("objects");
@@ -635,15 +643,10 @@ async fn deletion_waits_for_service_mappings_then_removes_everything() {
     }
     let what = "the CR and every managed object are gone";
     cp_tests::wait::until(what, Duration::from_secs(20), || async {
-        if crs.get_opt(CR).await.map_err(|e| e.to_string())?.is_some() {
+        if cp_tests::wait::get_opt(&crs, CR).await?.is_some() {
             return Err("CR still there".into());
         }
-        for (kind, ns, name) in MANAGED {
-            if get(admin, kind, ns, name).await.is_some() {
-                return Err(format!("{kind:?} {name} still there"));
-            }
-        }
-        Ok(Some(()))
+        managed_objects(admin, false).await
     })
     .await
     .expect("all gone");

@@ -90,28 +90,10 @@ async fn a_stolen_controller_token_runs_nothing_in_the_istio_namespace_and_canno
     let label = json!({"metadata": {"labels": {"kyma-project.io/module": "connectivity-proxy"}}});
     // The policy is in force within seconds of its creation: probe with a label change it refuses,
     // a new value each time, so a probe admitted early changes nothing that matters.
-    let n = std::sync::atomic::AtomicU32::new(0);
-    cp_tests::wait::until("the CRD policy in force", Duration::from_secs(20), || {
-        let crds = crds.clone();
-        let v = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        async move {
-            let p = json!({"metadata": {"labels": {"cp-test/probe": v.to_string()}}});
-            match crds
-                .patch(name, &PatchParams::default(), &Patch::Merge(&p))
-                .await
-            {
-                Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => Ok(Some(())),
-                other => Err(format!("{other:?}")),
-            }
-        }
-    })
-    .await
-    .expect("another label refused");
-    let unprobe = json!({"metadata": {"labels": {"cp-test/probe": null}}});
-    Api::<CustomResourceDefinition>::all(env.admin.clone())
-        .patch(name, &PatchParams::default(), &Patch::Merge(&unprobe))
+    let (admin_crds, what) = (Api::all(env.admin.clone()), "the CRD policy in force");
+    cp_tests::wait::label_change_refused(&crds, &admin_crds, name, what, Duration::from_secs(20))
         .await
-        .expect("probe label removed");
+        .expect("another label refused");
     let spec_edit: json_patch::Patch = serde_json::from_value(
         json!([{"op": "replace", "path": "/spec/versions/0/served", "value": false}]),
     )

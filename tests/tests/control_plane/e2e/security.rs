@@ -247,32 +247,16 @@ async fn a_stolen_controller_token_can_change_only_the_ca_bundle_of_the_webhook_
     ];
     // The policy takes effect within seconds of its creation: wait until a label change (which it
     // refuses) is refused, each probe a new value, so an early admitted probe is no false verdict.
-    let probe = std::sync::atomic::AtomicU32::new(0);
-    cp_tests::wait::until(
-        "the admission policy in force",
+    let (admin_configs, what) = (Api::all(admin.clone()), "the admission policy in force");
+    cp_tests::wait::label_change_refused(
+        &token,
+        &admin_configs,
+        name,
+        what,
         Duration::from_secs(30),
-        || {
-            let token = token.clone();
-            let n = probe.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            async move {
-                let p = json!({"metadata": {"labels": {"cp-test/probe": n.to_string()}}});
-                match token
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&p))
-                    .await
-                {
-                    Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => Ok(Some(())),
-                    other => Err(format!("{other:?}")),
-                }
-            }
-        },
     )
     .await
     .expect("the policy refuses a label change");
-    let unprobe = json!({"metadata": {"labels": {"cp-test/probe": null}}});
-    Api::<ValidatingWebhookConfiguration>::all(admin.clone())
-        .patch(name, &PatchParams::default(), &Patch::Merge(&unprobe))
-        .await
-        .expect("probe label removed");
     for (what, patch) in attempts {
         let patch: json_patch::Patch = serde_json::from_value(patch).expect("patch");
         let result = token

@@ -562,7 +562,7 @@ async fn lease_expiry_is_judged_by_the_candidates_clock_not_the_holders_renew_ti
         || async { Ok((b.metric("cp_controller_leader").await == 1.0).then_some(())) },
     )
     .await
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", cp.log_tail("skew-future", 20)));
+    .unwrap_or_else(cp.panic_with_log("skew-future", 20));
     let took = started.elapsed();
     println!("took over the abandoned lease after {took:?} (lease {lease} s)");
     assert!(
@@ -589,10 +589,11 @@ async fn a_webhook_that_cannot_serve_the_current_certificate_is_not_ready() {
         .expect("webhook");
     let ca = wh.ca.clone().expect("the harness's CA");
     let addr = wh.metrics_addr.clone();
-    let ready_is = |want: u16, what: &'static str, within: Duration| {
-        let addr = addr.clone();
+    // Waits `secs` seconds for /readyz to answer `want`; fails with the webhook's log.
+    let ready_is = |want: u16, what: &'static str, secs: u64| {
+        let (addr, cp) = (addr.clone(), &cp);
         async move {
-            cp_tests::wait::until(what, within, || async {
+            cp_tests::wait::until(what, Duration::from_secs(secs), || async {
                 match cp_tests::webhook::http_get(&addr, "/readyz").await {
                     Ok((code, _)) if code == want => Ok(Some(())),
                     Ok((code, body)) => Err(format!("{code} {body}")),
@@ -600,6 +601,7 @@ async fn a_webhook_that_cannot_serve_the_current_certificate_is_not_ready() {
                 }
             })
             .await
+            .unwrap_or_else(cp.panic_with_log("webhook-cert-health", 10))
         }
     };
     let write = |cert: &str, key: &str| {
@@ -613,31 +615,16 @@ async fn a_webhook_that_cannot_serve_the_current_certificate_is_not_ready() {
     ready_is(
         503,
         "not ready while the new certificate cannot be loaded",
-        Duration::from_secs(10),
+        10,
     )
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", cp.log_tail("webhook-cert-health", 10)));
+    .await;
     write(&b.cert_pem, &b.key_pem);
-    ready_is(
-        200,
-        "ready again with a certificate it can serve",
-        Duration::from_secs(10),
-    )
-    .await
-    .expect("ready");
+    ready_is(200, "ready again with a certificate it can serve", 10).await;
     // A certificate that expires in a few seconds (issued from 30 s ago for 35 s): served, then expired.
     let short = cp_tests::webhook::serving_cert(&ca, time::Duration::seconds(35)).expect("short");
     write(&short.cert_pem, &short.key_pem);
-    ready_is(
-        503,
-        "not ready once the served certificate expired",
-        Duration::from_secs(20),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", cp.log_tail("webhook-cert-health", 10)));
+    ready_is(503, "not ready once the served certificate expired", 20).await;
     write(&a.cert_pem, &a.key_pem);
-    ready_is(200, "ready again after a renewal", Duration::from_secs(10))
-        .await
-        .expect("ready");
+    ready_is(200, "ready again after a renewal", 10).await;
     cp.kill_process("webhook-cert-health").expect("stop");
 }
