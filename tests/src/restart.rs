@@ -80,6 +80,22 @@ pub async fn assert_alive(cp: &ControlPlane, metrics_addr: &str, name: &str) {
     );
 }
 
+/// The controller answers `/healthz` and never logged an exit ([`assert_alive`]), and the webhook
+/// answers `/readyz` with 200; `after` says after what (for the failure message).
+pub async fn assert_both_alive(
+    cp: &ControlPlane,
+    controller: &crate::controller::ControllerProcess,
+    webhook: &crate::webhook::Webhook,
+    after: &str,
+) {
+    assert_alive(cp, &controller.metrics_addr, &controller.name).await;
+    let (code, _) = webhook
+        .metrics_get("/readyz")
+        .await
+        .expect("webhook /readyz");
+    assert_eq!(code, 200, "webhook ready after {after}");
+}
+
 /// Starts controller `cp-controller` for a restart test: resyncing every 5 s, and leaving the webhook's
 /// certificates alone (the test webhook serves its own).
 pub async fn start_controller(cp: &ControlPlane) -> crate::controller::ControllerProcess {

@@ -28,12 +28,7 @@ async fn api_server_and_etcd_restarts_during_a_legacy_migration_lose_nothing() {
     legacy::finish(&admin).await;
     legacy::assert_taken_over(&admin, &before, 20003).await;
     restart::assert_mappings_published(&admin, &before).await;
-    restart::assert_alive(&cp, &controller.metrics_addr, "cp-controller").await;
-    let (code, _) = webhook
-        .metrics_get("/readyz")
-        .await
-        .expect("webhook /readyz");
-    assert_eq!(code, 200, "webhook ready after the restarts");
+    restart::assert_both_alive(&cp, &controller, webhook, "the restarts").await;
     let any = before.keys().next().expect("a legacy mapping").clone();
     restart::wait_duplicate_refused(&admin, &any).await;
 }

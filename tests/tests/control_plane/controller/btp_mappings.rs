@@ -64,33 +64,30 @@ async fn a_thousand_service_mappings_are_aggregated_and_get_endpoints() {
     published(1000, "the ConfigMap holds 1000 mappings", 60)
         .await
         .expect("aggregated");
-    cp_tests::wait::until(
-        "every mapping has its endpoint and the takeover label",
-        Duration::from_secs(90),
-        || async {
-            let list = cp_tests::wait::list(&api).await?;
-            let missing = list
-                .items
-                .iter()
-                .filter(|m| {
-                    m.status
+    let what = "every mapping has its endpoint and the takeover label";
+    cp_tests::wait::until(what, Duration::from_secs(90), || async {
+        let list = cp_tests::wait::list(&api).await?;
+        let missing = list
+            .items
+            .iter()
+            .filter(|m| {
+                m.status
+                    .as_ref()
+                    .and_then(|s| s.endpoint.as_deref())
+                    .is_none()
+                    || m.metadata
+                        .labels
                         .as_ref()
-                        .and_then(|s| s.endpoint.as_deref())
+                        .and_then(|l| l.get("kyma-project.io/module"))
                         .is_none()
-                        || m.metadata
-                            .labels
-                            .as_ref()
-                            .and_then(|l| l.get("kyma-project.io/module"))
-                            .is_none()
-                })
-                .count();
-            if missing == 0 {
-                Ok(Some(list))
-            } else {
-                Err(format!("{missing} mappings without endpoint or label"))
-            }
-        },
-    )
+            })
+            .count();
+        if missing == 0 {
+            Ok(Some(list))
+        } else {
+            Err(format!("{missing} mappings without endpoint or label"))
+        }
+    })
     .await
     .map(|list| {
         let m = list

@@ -78,6 +78,14 @@ async fn wait_all_exist(admin: &Client) {
     .expect("objects");
 }
 
+/// [`scenario_with_cr`] with every managed object there and the CR Ready.
+async fn installed_and_ready() -> Env {
+    let env = scenario_with_cr().await;
+    wait_all_exist(&env.admin).await;
+    make_ready(&env.admin, NS, CR).await;
+    env
+}
+
 #[tokio::test]
 async fn default_cr_installs_everything_and_becomes_ready() {
     let admin = &scenario_with_cr().await.admin;
@@ -281,10 +289,8 @@ async fn network_policies_are_applied_and_one_annotation_switches_them_off() {
 
 #[tokio::test]
 async fn changes_propagate_and_drift_is_repaired() {
-    let env = scenario_with_cr().await;
+    let env = installed_and_ready().await;
     let admin = &env.admin;
-    wait_all_exist(admin).await;
-    make_ready(admin, NS, CR).await;
 
     let start = Instant::now();
     set_http_port(admin, NS, CR, 20555).await;
@@ -378,14 +384,11 @@ async fn changes_propagate_and_drift_is_repaired() {
         )
         .await
         .expect("binding status");
-    cp_tests::wait::until(
-        "the pod template follows the rotated key",
-        Duration::from_secs(10),
-        || async {
-            let now = template_hash().await;
-            Ok((now.as_deref() != Some(before.as_str())).then_some(()))
-        },
-    )
+    let what = "the pod template follows the rotated key";
+    cp_tests::wait::until(what, Duration::from_secs(10), || async {
+        let now = template_hash().await;
+        Ok((now.as_deref() != Some(before.as_str())).then_some(()))
+    })
     .await
     .expect("restarted");
 }
@@ -407,10 +410,8 @@ fn controller_writes_since(
 
 #[tokio::test]
 async fn a_second_cr_gets_a_warning_and_changes_nothing() {
-    let env = scenario_with_cr().await;
+    let env = installed_and_ready().await;
     let admin = &env.admin;
-    wait_all_exist(admin).await;
-    make_ready(admin, NS, CR).await;
     // A second CR in the module's namespace (one elsewhere is OutsideModuleNamespace, see below).
     let other_ns = NS.to_string();
     // The oldest CR is the primary, by creation second, then by name ("another" sorts first): the
@@ -537,10 +538,7 @@ async fn a_cr_outside_kyma_system_installs_nothing_and_the_token_cannot_write_th
 
 #[tokio::test]
 async fn steady_state_issues_no_writes() {
-    let env = scenario_with_cr().await;
-    let admin = &env.admin;
-    wait_all_exist(admin).await;
-    make_ready(admin, NS, CR).await;
+    let env = installed_and_ready().await;
     // Let the reconcile that follows Ready settle, then observe a window of resyncs (every 3 s).
     let settled = env
         .controller

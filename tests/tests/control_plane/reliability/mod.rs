@@ -9,7 +9,7 @@ use cp_api::ConnectivityProxy;
 use cp_tests::cluster::Identity;
 use cp_tests::controller::ControllerProcess;
 use cp_tests::fixtures::{default_connectivity_proxy, default_cr, install_our_crds};
-use cp_tests::shared::{EDITOR_RBAC, alice_client, control_plane, take_turn};
+use cp_tests::shared::{EDITOR_RBAC, alice_client, take_turn};
 use cp_tests::webhook::Webhook;
 use cp_tests::{manifest, support};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -22,24 +22,29 @@ mod starvation;
 static TURN: Mutex<()> = Mutex::const_new(());
 
 /// A cluster-admin client of `cp`, with our CRDs installed and [`EDITOR_RBAC`] applied.
-async fn admin_with_editors(cp: &cp_tests::ControlPlane) -> kube::Client {
-    let admin = cp.admin().await.expect("admin");
+/// A test's turn ([`take_turn`]) with our CRDs, the editors' RBAC, and webhook `name` started and
+/// registered.
+async fn registered_webhook(
+    name: &str,
+) -> (
+    tokio::sync::MutexGuard<'static, ()>,
+    std::sync::Arc<cp_tests::ControlPlane>,
+    kube::Client,
+    Webhook,
+) {
+    let (turn, cp, admin) = take_turn(&TURN).await;
     install_our_crds(&admin).await;
     manifest::apply_yaml(&admin, EDITOR_RBAC, None)
         .await
         .expect("RBAC");
-    admin
+    let wh = Webhook::start(&cp, name, &[]).await.expect("webhook");
+    wh.register(&admin).await.expect("register");
+    (turn, cp, admin, wh)
 }
 
 #[tokio::test]
 async fn webhook_down_fails_closed_for_connectivity_proxies_only() {
-    let _turn = TURN.lock().await;
-    let cp = control_plane();
-    let admin = admin_with_editors(&cp).await;
-    let wh = Webhook::start(&cp, "webhook-to-kill", &[])
-        .await
-        .expect("webhook");
-    wh.register(&admin).await.expect("register");
+    let (_turn, cp, admin, _wh) = registered_webhook("webhook-to-kill").await;
     let ns = cp.namespace("webhook-down").await.expect("ns");
     let alice = alice_client(&[]).await;
     let api: Api<DynamicObject> = Api::namespaced_with(
@@ -82,10 +87,9 @@ async fn webhook_down_fails_closed_for_connectivity_proxies_only() {
 /// its allocator's regions cost 6 MiB more at idle. The kernel reports the flag per process.
 #[tokio::test]
 async fn the_webhook_process_runs_without_transparent_huge_pages() {
-    let _turn = TURN.lock().await;
-    let cp = control_plane();
+    let (_turn, cp, admin) = take_turn(&TURN).await;
     // Ready only once its caches have listed our kinds.
-    install_our_crds(&cp.admin().await.expect("admin")).await;
+    install_our_crds(&admin).await;
     let _wh = Webhook::start(&cp, "webhook-thp", &[])
         .await
         .expect("webhook");
@@ -101,13 +105,7 @@ async fn the_webhook_process_runs_without_transparent_huge_pages() {
 
 #[tokio::test]
 async fn hostile_user_cannot_change_deployment_through_the_status_subresource() {
-    let _turn = TURN.lock().await;
-    let cp = control_plane();
-    let admin = admin_with_editors(&cp).await;
-    let wh = Webhook::start(&cp, "webhook-status", &[])
-        .await
-        .expect("webhook");
-    wh.register(&admin).await.expect("register");
+    let (_turn, cp, admin, _wh) = registered_webhook("webhook-status").await;
     let ns = cp.namespace("status-edit").await.expect("ns");
     let cr = default_connectivity_proxy("victim");
     let admin_api: Api<ConnectivityProxy> = Api::namespaced(admin.clone(), &ns);
@@ -581,9 +579,8 @@ async fn lease_expiry_is_judged_by_the_candidates_clock_not_the_holders_renew_ti
 /// the certificate it serves has expired; it is ready again as soon as it serves a good one.
 #[tokio::test]
 async fn a_webhook_that_cannot_serve_the_current_certificate_is_not_ready() {
-    let _turn = TURN.lock().await;
-    let cp = control_plane();
-    install_our_crds(&cp.admin().await.expect("admin")).await;
+    let (_turn, cp, admin) = take_turn(&TURN).await;
+    install_our_crds(&admin).await;
     let wh = Webhook::start(&cp, "webhook-cert-health", &[])
         .await
         .expect("webhook");
