@@ -55,6 +55,15 @@ impl Drop for Foreign {
 /// Identity of one object: kind, namespace (`None` for cluster scope), name.
 pub type Key = (Kind, Option<String>, String);
 
+/// `Kind ns/name` (or `Kind name`).
+pub fn describe((kind, ns, name): &Key) -> String {
+    let kind = kind.api_resource().kind;
+    match ns {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
 /// The controller's read caches.
 pub struct Cache {
     client: Client,
@@ -200,7 +209,7 @@ impl Cache {
         if self.crd_missing(kind) {
             return Ok(None);
         }
-        crate::apply::read(&self.client, kind, namespace, name).await
+        crate::writer::read(&self.client, kind, namespace, name).await
     }
 
     /// A Secret the controller reads, managed or not. Secrets it does not manage are watched by name
@@ -378,7 +387,7 @@ impl Cache {
                     }
                     None if self.crd_missing(kind) => {}
                     None => out.extend(
-                        crate::apply::list_owned(&self.client, kind, ns, owner)
+                        crate::writer::list_owned(&self.client, kind, ns, owner)
                             .await?
                             .into_iter()
                             .map(|o| (kind, o)),
@@ -416,7 +425,7 @@ impl Cache {
             if let Some(i) = pos {
                 cached.remove(i);
             }
-            cached.extend(crate::apply::read(&self.client, kind, ns, &key.2).await?);
+            cached.extend(crate::writer::read(&self.client, kind, ns, &key.2).await?);
         }
         Ok(cached)
     }

@@ -30,7 +30,7 @@ pub enum DeletionStep {
     /// labels but no proof are left alone (`Kind ns/name`, logged).
     DeleteOwned {
         /// What is deleted.
-        objects: Vec<crate::apply::Prune>,
+        objects: Vec<crate::writer::Prune>,
         /// What is left alone.
         left_alone: Vec<String>,
     },
@@ -105,8 +105,8 @@ pub fn plan_deletion(finalizers: &[String], facts: &Facts, resync: Duration) -> 
         .collect();
     let path = ["metadata", "finalizers"];
     let patch = crate::desired::body(&json_patch::Patch(vec![
-        crate::apply::json_op::test(&path, finalizers),
-        crate::apply::json_op::replace(&path, remaining),
+        crate::writer::json_op::test(&path, finalizers),
+        crate::writer::json_op::replace(&path, remaining),
     ]));
     DeletionPlan {
         steps: vec![
@@ -115,9 +115,9 @@ pub fn plan_deletion(finalizers: &[String], facts: &Facts, resync: Duration) -> 
                 objects: facts
                     .owned
                     .iter()
-                    .map(|(k, o)| crate::apply::Prune::of(k.0, o))
+                    .map(|(k, o)| crate::writer::Prune::of(k.0, o))
                     .collect(),
-                left_alone: facts.unproven.iter().map(crate::plan::describe).collect(),
+                left_alone: facts.unproven.iter().map(crate::cache::describe).collect(),
             },
             DeletionStep::RemoveFinalizer(patch),
             DeletionStep::ForgetMetrics,
@@ -288,7 +288,7 @@ mod tests {
             plan.steps[1..],
             [
                 DeletionStep::DeleteOwned {
-                    objects: vec![crate::apply::Prune::of(
+                    objects: vec![crate::writer::Prune::of(
                         crate::desired::Kind::ConfigMap,
                         &cm
                     )],

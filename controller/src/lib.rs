@@ -26,6 +26,7 @@ pub mod reconcile;
 pub mod runtime;
 pub mod status;
 pub mod upgrade;
+pub mod writer;
 
 /// Errors of a reconcile.
 #[derive(Debug, thiserror::Error)]

@@ -15,8 +15,8 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch};
 
 use crate::Error;
-use crate::apply::Partial;
 use crate::desired::Resolved;
+use crate::writer::Partial;
 
 /// The aggregated ConfigMap must stay below the 1 MiB object limit; this leaves room for metadata.
 pub const MAX_CONFIGMAP_BYTES: usize = cp_api::mapping::MAPPINGS_BUDGET_BYTES;
@@ -149,7 +149,7 @@ const PARALLEL_WRITES: usize = 16;
 /// [`PARALLEL_WRITES`] mappings at a time; a mapping that is not published (`unpublished`, a
 /// duplicate) is taken over too but advertises no endpoint. Returns how many writes it made.
 pub async fn reconcile_mappings(
-    writer: &crate::apply::Writer,
+    writer: &crate::writer::Writer,
     published: &[Arc<ServiceMapping>],
     unpublished: &[Arc<ServiceMapping>],
     resolved: &Resolved,
@@ -201,7 +201,7 @@ fn taken_over(m: &ServiceMapping) -> bool {
 }
 
 async fn reconcile_one(
-    writer: &crate::apply::Writer,
+    writer: &crate::writer::Writer,
     api: &Api<ServiceMapping>,
     m: &ServiceMapping,
     want: Option<String>,

@@ -28,7 +28,7 @@ pub struct Metrics {
     /// `cp_controller_applied_objects_total{kind}`: server-side applies that changed something.
     pub applies: IntCounterVec,
     /// `cp_controller_writes_total{resource,verb,result}`: every write to the API server (the Lease
-    /// and Events aside), through [`crate::apply::Writer`].
+    /// and Events aside), through [`crate::writer::Writer`].
     pub writes: IntCounterVec,
     /// `cp_controller_service_mappings`: ServiceMappings in the cluster.
     pub service_mappings: IntGauge,

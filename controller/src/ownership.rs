@@ -212,11 +212,11 @@ impl Proof {
     }
 
     /// Closes the adoption window: in memory now, and on the key Secret so a restart keeps it closed.
-    pub async fn close_adoption(&self, writer: &crate::apply::Writer) -> Result<(), Error> {
+    pub async fn close_adoption(&self, writer: &crate::writer::Writer) -> Result<(), Error> {
         if !self.adopting() {
             return Ok(());
         }
-        let patch = crate::apply::MergePatch::default().annotation(ADOPTING_ANNOTATION, None);
+        let patch = crate::writer::MergePatch::default().annotation(ADOPTING_ANNOTATION, None);
         let api = Api::<Secret>::namespaced(writer.client().clone(), names::KYMA_SYSTEM);
         writer
             .write(
@@ -261,7 +261,7 @@ pub fn secret_strings(data: &BTreeMap<String, ByteString>) -> BTreeMap<String, S
 /// `owner` (the module's CRD) owns the key as it owns the webhook Secrets and the Lease: the key goes
 /// when the module is uninstalled.
 pub async fn load_or_create(
-    writer: &crate::apply::Writer,
+    writer: &crate::writer::Writer,
     owner: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
 ) -> Result<Proof, Error> {
     let secrets: Api<Secret> = Api::namespaced(writer.client().clone(), names::KYMA_SYSTEM);

@@ -135,7 +135,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics.leader.set(1);
     }
     // Every write goes through the one writer, counted in the writes metric.
-    let writer = crate::apply::Writer::new(client.clone(), metrics.writes.clone());
+    let writer = crate::writer::Writer::new(client.clone(), metrics.writes.clone());
     // The key of the ownership proofs: read (or created, once) before anything is written.
     let proof = Arc::new(
         crate::ownership::load_or_create(&writer, module_owner.as_ref())

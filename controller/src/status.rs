@@ -169,7 +169,7 @@ pub async fn write(ctx: &Ctx, cr: &ConnectivityProxy, computed: &Computed) -> Re
     }
     let api: Api<ConnectivityProxy> = Api::namespaced(ctx.client.clone(), &ns);
     let body =
-        crate::apply::Partial::of::<ConnectivityProxy>(&name, Default::default(), Some(status));
+        crate::writer::Partial::of::<ConnectivityProxy>(&name, Default::default(), Some(status));
     ctx.applier
         .writer()
         .write_status(

@@ -181,7 +181,7 @@ pub fn release_patch(cr: &ConnectivityProxy, release: &Value) -> Option<Value> {
     let mut deployment = upgrade(&current, &old, release).deployment;
     clear_missing(&current, &mut deployment);
     let spec = serde_json::Map::from_iter([("deployment".to_string(), deployment)]);
-    let patch = crate::apply::MergePatch::default()
+    let patch = crate::writer::MergePatch::default()
         .annotation(cp_api::keys::DEFAULTS_RELEASE_ANNOTATION, Some(&id))
         .annotation(
             cp_api::keys::DEFAULTS_VALUES_ANNOTATION,

@@ -26,8 +26,9 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::Error;
-use crate::apply::{Applier, Writer};
+use crate::apply::Applier;
 use crate::metrics::Metrics;
+use crate::writer::Writer;
 
 pub mod tunnel;
 pub use tunnel::{Provider, TunnelCertSettings, provider};

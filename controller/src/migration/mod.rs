@@ -24,8 +24,9 @@ pub use import::{ImportError, import};
 pub use plan::{Blocker, Takeover};
 
 use crate::Error;
-use crate::apply::{Applier, MergePatch, Writer};
+use crate::apply::Applier;
 use crate::desired::Kind;
+use crate::writer::{MergePatch, Writer};
 use legacy::{LEGACY_KINDS, LEGACY_SERVICE_KEY};
 use plan::Disposition;
 

@@ -9,7 +9,6 @@ use cp_api::{ConnectivityProxy, State, names};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-pub use crate::apply::Prune;
 use crate::btp::ServiceKey;
 use crate::cache::Key;
 use crate::certificates::tunnel::{self, Live, Tunnel};
@@ -17,6 +16,7 @@ use crate::context::Settings;
 use crate::desired::{self, Desired, Kind, Resolved};
 use crate::gather::{ConnectivityCa, Facts};
 use crate::status::{Computed, Cond, types};
+pub use crate::writer::Prune;
 use cp_api::keys::FETCHED_FROM_ANNOTATION;
 
 /// After writing the CR itself, come back soon even if the watch never delivers that write (it can be
@@ -203,9 +203,9 @@ pub fn finalizer_patch(cr: &ConnectivityProxy) -> Option<Value> {
         return None;
     }
     let add = if cr.finalizers().is_empty() {
-        crate::apply::json_op::add(&["metadata", "finalizers"], vec![names::FINALIZER])
+        crate::writer::json_op::add(&["metadata", "finalizers"], vec![names::FINALIZER])
     } else {
-        crate::apply::json_op::add(&["metadata", "finalizers", "-"], names::FINALIZER)
+        crate::writer::json_op::add(&["metadata", "finalizers", "-"], names::FINALIZER)
     };
     Some(crate::desired::body(&json_patch::Patch(vec![add])))
 }
@@ -422,7 +422,7 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         tunnel,
         published,
         conflicts,
-        unproven: facts.unproven.iter().map(describe).collect(),
+        unproven: facts.unproven.iter().map(crate::cache::describe).collect(),
     }))
 }
 
@@ -451,16 +451,6 @@ fn auditlog_problem(
          it until then",
         label = cp_api::keys::USABLE_BY_PROXY_LABEL
     ))
-}
-
-/// `Kind namespace/name` of a key.
-/// `Kind ns/name` (or `Kind name`).
-pub fn describe((kind, ns, name): &Key) -> String {
-    let kind = kind.api_resource().kind;
-    match ns {
-        Some(ns) => format!("{kind} {ns}/{name}"),
-        None => format!("{kind} {name}"),
-    }
 }
 
 /// The objects that differ from their cached state, and the owned objects no longer desired.
