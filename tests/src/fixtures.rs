@@ -104,6 +104,12 @@ pub fn default_cr(name: &str) -> Value {
     v
 }
 
+/// [`default_cr`] as a `DynamicObject` (for an `Api<DynamicObject>`).
+pub fn default_cr_object(name: &str) -> kube::api::DynamicObject {
+    serde_json::from_value(default_cr(name))
+        .unwrap_or_else(|e| panic!("the default CR is not an object: {e}"))
+}
+
 /// [`default_cr`] typed.
 pub fn default_connectivity_proxy(name: &str) -> ConnectivityProxy {
     serde_json::from_value(default_cr(name))

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use cp_api::{ConnectivityProxy, names};
 use cp_tests::cluster::ensure_namespace;
 use cp_tests::controller::ControllerProcess;
-use cp_tests::fixtures::{self, default_connectivity_proxy, default_cr, install_our_crds};
+use cp_tests::fixtures::{self, default_connectivity_proxy, default_cr_object, install_our_crds};
 use cp_tests::manifest;
 use cp_tests::shared::{EDITOR_RBAC, alice_client, control_plane, take_turn};
 use cp_tests::webhook::{Webhook, metric};
@@ -83,12 +83,12 @@ async fn webhook_certificate_and_ca_rotate_without_a_failed_admission_request() 
     let alice = alice_client(&[]).await;
     let api: Api<DynamicObject> =
         Api::namespaced_with(alice, &ns, &ApiResource::erase::<ConnectivityProxy>(&()));
-    let probe: DynamicObject = serde_json::from_value(default_cr("probe")).expect("cr");
+    let probe = default_cr_object("probe");
     cp_tests::wait::admitted(&api, "admission through the controller-issued certificate")
         .await
         .expect("admission through the webhook");
 
-    let target: DynamicObject = serde_json::from_value(default_cr("load-target")).expect("cr");
+    let target = default_cr_object("load-target");
     api.create(&PostParams::default(), &target)
         .await
         .expect("create target");
@@ -341,26 +341,22 @@ async fn ca_bundles(admin: &kube::Client) -> Vec<String> {
     use k8s_openapi::api::admissionregistration::v1::{
         MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
     };
-    let mut out = Vec::new();
-    if let Some(m) = Api::<MutatingWebhookConfiguration>::all(admin.clone())
+    let bundle = |c: k8s_openapi::api::admissionregistration::v1::WebhookClientConfig| {
+        String::from_utf8_lossy(&c.ca_bundle.unwrap_or_default().0).to_string()
+    };
+    let mutating = Api::<MutatingWebhookConfiguration>::all(admin.clone())
         .get_opt(names::MUTATING_WEBHOOK_CONFIG)
         .await
-        .expect("mutating configuration")
-    {
-        out.extend(m.webhooks.unwrap_or_default().into_iter().map(|h| {
-            String::from_utf8_lossy(&h.client_config.ca_bundle.unwrap_or_default().0).to_string()
-        }));
-    }
-    if let Some(v) = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .expect("mutating configuration");
+    let validating = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
         .get_opt(names::VALIDATING_WEBHOOK_CONFIG)
         .await
-        .expect("validating configuration")
-    {
-        out.extend(v.webhooks.unwrap_or_default().into_iter().map(|h| {
-            String::from_utf8_lossy(&h.client_config.ca_bundle.unwrap_or_default().0).to_string()
-        }));
-    }
-    out
+        .expect("validating configuration");
+    let m = mutating.and_then(|m| m.webhooks).unwrap_or_default();
+    let v = validating.and_then(|v| v.webhooks).unwrap_or_default();
+    let m = m.into_iter().map(|h| bundle(h.client_config));
+    m.chain(v.into_iter().map(|h| bundle(h.client_config)))
+        .collect()
 }
 
 /// A `previous-ca.crt` written into the webhook CA Secret by hand (not by a rotation of the operator,

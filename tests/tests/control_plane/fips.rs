@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cp_tests::fixtures::default_cr;
+use cp_tests::fixtures::default_cr_object;
 use cp_tests::shared::{AUTHENTICATED, alice_client, control_plane, webhook};
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use rustls::pki_types::ServerName;
@@ -102,7 +102,7 @@ async fn the_fips_webhook_serves_the_api_server_and_refuses_non_approved_algorit
         &ns,
         &ApiResource::erase::<cp_api::ConnectivityProxy>(&()),
     );
-    let cr: DynamicObject = serde_json::from_value(default_cr("fips")).expect("CR");
+    let cr = default_cr_object("fips");
     let stored = api
         .create(&PostParams::default(), &cr)
         .await

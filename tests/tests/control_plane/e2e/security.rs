@@ -6,7 +6,7 @@ use std::time::Duration;
 use cp_api::admission_config::{self, Endpoint};
 use cp_api::names;
 use cp_tests::cluster::Identity;
-use cp_tests::fixtures::{default_cr, service_mapping_json};
+use cp_tests::fixtures::{default_cr, default_cr_object, service_mapping_json};
 use cp_tests::shared::{AUTHENTICATED, alice_client, control_plane, operator_client, webhook};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::Client;
@@ -46,7 +46,7 @@ async fn an_editor_cannot_set_change_or_remove_the_operators_annotations() {
     assert!(msg.contains(MIGRATION), "{msg}");
 
     // A plain CR, with annotations of her own: admitted, and she may edit those.
-    let obj: DynamicObject = serde_json::from_value(default_cr("cp")).expect("object");
+    let obj = default_cr_object("cp");
     api.create(&PostParams::default(), &obj)
         .await
         .expect("create");

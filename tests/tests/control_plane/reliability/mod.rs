@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use cp_api::ConnectivityProxy;
 use cp_tests::cluster::Identity;
 use cp_tests::controller::ControllerProcess;
-use cp_tests::fixtures::{default_connectivity_proxy, default_cr, install_our_crds};
+use cp_tests::fixtures::{default_connectivity_proxy, default_cr_object, install_our_crds};
 use cp_tests::shared::{EDITOR_RBAC, alice_client, take_turn};
 use cp_tests::webhook::Webhook;
 use cp_tests::{manifest, support};
@@ -52,7 +52,7 @@ async fn webhook_down_fails_closed_for_connectivity_proxies_only() {
         &ns,
         &ApiResource::erase::<ConnectivityProxy>(&()),
     );
-    let cr: DynamicObject = serde_json::from_value(default_cr("down")).expect("cr");
+    let cr = default_cr_object("down");
     cp_tests::wait::admitted(&api, "admission through the webhook")
         .await
         .expect("admission through the webhook");

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cp_api::ConnectivityProxy;
-use cp_tests::fixtures::{default_cr, install_our_crds};
+use cp_tests::fixtures::{default_connectivity_proxy, default_cr, install_our_crds};
 use cp_tests::shared::take_turn;
 use cp_tests::webhook::{Webhook, metric};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -367,7 +367,7 @@ async fn slow_and_idle_clients_from_other_addresses_do_not_starve_admission() {
     )
     .await
     .expect("admission through this webhook");
-    let cr: ConnectivityProxy = serde_json::from_value(default_cr("target")).expect("cr");
+    let cr = default_connectivity_proxy("target");
     api.create(&PostParams::default(), &cr)
         .await
         .expect("the CR the writes patch");
@@ -436,7 +436,7 @@ async fn slow_and_idle_clients_from_other_addresses_do_not_starve_admission() {
         dry_run: true,
         ..Default::default()
     };
-    let probe: ConnectivityProxy = serde_json::from_value(default_cr("probe")).expect("cr");
+    let probe = default_connectivity_proxy("probe");
     let mut i = 0u32;
     while started.elapsed() < UNDER_ATTACK && failures.is_empty() {
         i += 1;
