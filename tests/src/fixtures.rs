@@ -110,6 +110,19 @@ pub fn default_cr_object(name: &str) -> kube::api::DynamicObject {
         .unwrap_or_else(|e| panic!("the default CR is not an object: {e}"))
 }
 
+/// The ConnectivityProxies of namespace `ns` as `DynamicObject`s, through `client`: for objects the
+/// typed CR cannot hold (invalid ones admission refuses) and [`default_cr_object`]s.
+pub fn dynamic_crs(client: &Client, ns: &str) -> kube::Api<kube::api::DynamicObject> {
+    let ar = kube::api::ApiResource::erase::<ConnectivityProxy>(&());
+    kube::Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// The ServiceMappings as `DynamicObject`s, through `client` ([`service_mapping_json`]).
+pub fn dynamic_mappings(client: &Client) -> kube::Api<kube::api::DynamicObject> {
+    let ar = kube::api::ApiResource::erase::<cp_api::ServiceMapping>(&());
+    kube::Api::all_with(client.clone(), &ar)
+}
+
 /// [`default_cr`] typed.
 pub fn default_connectivity_proxy(name: &str) -> ConnectivityProxy {
     serde_json::from_value(default_cr(name))

@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 use cp_api::{ConnectivityProxy, names};
 use cp_tests::cluster::ensure_namespace;
 use cp_tests::controller::ControllerProcess;
-use cp_tests::fixtures::{self, default_connectivity_proxy, default_cr_object, install_our_crds};
+use cp_tests::fixtures::{
+    self, default_connectivity_proxy, default_cr_object, dynamic_crs, install_our_crds,
+};
 use cp_tests::manifest;
 use cp_tests::shared::{EDITOR_RBAC, alice_client, control_plane, take_turn};
 use cp_tests::webhook::{Webhook, metric};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::Mutex;
 
@@ -81,8 +83,7 @@ async fn webhook_certificate_and_ca_rotate_without_a_failed_admission_request() 
 
     let ns = cp.namespace("rotation").await.expect("ns");
     let alice = alice_client(&[]).await;
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(alice, &ns, &ApiResource::erase::<ConnectivityProxy>(&()));
+    let api = dynamic_crs(&alice, &ns);
     let probe = default_cr_object("probe");
     cp_tests::wait::admitted(&api, "admission through the controller-issued certificate")
         .await
@@ -413,11 +414,7 @@ async fn a_hand_added_previous_ca_never_reaches_the_ca_bundle() {
     }
     // And admission still works through the controller's own certificate.
     let ns = cp.namespace("trust-bundle").await.expect("ns");
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &ns,
-        &ApiResource::erase::<ConnectivityProxy>(&()),
-    );
+    let api = dynamic_crs(&admin, &ns);
     cp_tests::wait::admitted(&api, "admission after the hand-added CA")
         .await
         .expect("admission");

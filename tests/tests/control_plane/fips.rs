@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cp_tests::fixtures::default_cr_object;
+use cp_tests::fixtures::{default_cr_object, dynamic_crs};
 use cp_tests::shared::{AUTHENTICATED, alice_client, control_plane, webhook};
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::api::PostParams;
 use rustls::pki_types::ServerName;
 use tokio_rustls::rustls;
 
@@ -97,11 +97,7 @@ async fn the_fips_webhook_serves_the_api_server_and_refuses_non_approved_algorit
 
     // The API server (Go's TLS client) calls the FIPS webhook: a user's CR comes back defaulted.
     let ns = control_plane().namespace("fips").await.expect("ns");
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        alice_client(AUTHENTICATED).await,
-        &ns,
-        &ApiResource::erase::<cp_api::ConnectivityProxy>(&()),
-    );
+    let api = dynamic_crs(&alice_client(AUTHENTICATED).await, &ns);
     let cr = default_cr_object("fips");
     let stored = api
         .create(&PostParams::default(), &cr)

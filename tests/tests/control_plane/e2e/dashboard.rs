@@ -3,9 +3,9 @@
 //! API server (schema and webhook) must accept it and store it with the CRD's type. `kubectl explain`
 //! offers the enums.
 
-use cp_tests::fixtures::{default_cr, service_mapping_json};
+use cp_tests::fixtures::{default_cr, dynamic_crs, dynamic_mappings, service_mapping_json};
 use cp_tests::shared::{MAPPINGS_LOCK, control_plane, webhook};
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::{Value, json};
 
 /// `(absolute path, widget, enum values or the placeholder)` of every form field, FormGroup children
@@ -88,15 +88,8 @@ async fn every_form_value_the_dashboard_writes_is_accepted_with_the_crds_type() 
     let cp = control_plane();
     let admin = cp.admin().await.expect("admin");
     let ns = cp.namespace("dashboard-form").await.expect("ns");
-    let cps: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &ns,
-        &ApiResource::erase::<cp_api::ConnectivityProxy>(&()),
-    );
-    let sms: Api<DynamicObject> = Api::all_with(
-        admin.clone(),
-        &ApiResource::erase::<cp_api::ServiceMapping>(&()),
-    );
+    let cps = dynamic_crs(&admin, &ns);
+    let sms = dynamic_mappings(&admin);
     let mut checked = 0;
     for (file, api, base) in [
         ("extension.yaml", &cps, default_cr("form")),

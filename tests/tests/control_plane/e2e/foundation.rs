@@ -1,7 +1,7 @@
 //! The control plane runs, our CRDs and the stand-in third-party CRDs apply, and CRs round-trip losslessly.
 
 use cp_api::ConnectivityProxy;
-use cp_tests::fixtures::{self, install_our_crds, manifest_path};
+use cp_tests::fixtures::{self, dynamic_crs, install_our_crds, manifest_path};
 use cp_tests::manifest;
 use cp_tests::shared::{alice_client, control_plane, webhook};
 use kube::api::{Api, DynamicObject, PostParams};
@@ -144,11 +144,7 @@ async fn cr_with_every_field_round_trips() {
     let ns = cp.namespace("roundtrip-full").await.expect("namespace");
     let sent = full_cr("full");
     let obj: DynamicObject = serde_json::from_value(sent.clone()).expect("object");
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &ns,
-        &kube::api::ApiResource::erase::<ConnectivityProxy>(&()),
-    );
+    let api = dynamic_crs(&client, &ns);
     let stored = api
         .create(&PostParams::default(), &obj)
         .await
@@ -238,11 +234,7 @@ async fn rendered_bundle_applies_with_server_side_apply() {
     let yaml = std::fs::read_to_string(manifest_path("default-cr.yaml")).expect("default CR");
     let mut cr = manifest::parse_documents(&yaml).expect("parse").remove(0);
     cr.metadata.namespace = Some(ns.clone());
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        alice,
-        &ns,
-        &kube::api::ApiResource::erase::<ConnectivityProxy>(&()),
-    );
+    let api = dynamic_crs(&alice, &ns);
     let stored = api
         .create(&PostParams::default(), &cr)
         .await

@@ -6,23 +6,16 @@ use std::time::Duration;
 use cp_api::admission_config::{self, Endpoint};
 use cp_api::names;
 use cp_tests::cluster::Identity;
-use cp_tests::fixtures::{default_cr, default_cr_object, service_mapping_json};
+use cp_tests::fixtures::{
+    default_cr, default_cr_object, dynamic_crs, dynamic_mappings, service_mapping_json,
+};
 use cp_tests::shared::{AUTHENTICATED, alice_client, control_plane, operator_client, webhook};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use kube::Client;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 const MIGRATION: &str = "connectivityproxy.sap.com/legacy-migration";
 const DEFAULTS_RELEASE: &str = "connectivityproxy.sap.com/deployment-defaults-release";
-
-fn cps(client: &Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        client.clone(),
-        ns,
-        &ApiResource::erase::<cp_api::ConnectivityProxy>(&()),
-    )
-}
 
 fn denial<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> String {
     match r {
@@ -36,7 +29,7 @@ async fn an_editor_cannot_set_change_or_remove_the_operators_annotations() {
     webhook().await;
     let ns = control_plane().namespace("sec-annot").await.expect("ns");
     let alice = alice_client(AUTHENTICATED).await;
-    let api = cps(&alice, &ns);
+    let api = dynamic_crs(&alice, &ns);
 
     // Create with an operator annotation: refused, naming the key.
     let mut cr = default_cr("annotated");
@@ -76,7 +69,7 @@ async fn an_editor_cannot_set_change_or_remove_the_operators_annotations() {
     }
 
     // The operator writes one; alice may neither change nor remove it, and may still edit the rest.
-    let op = cps(&operator_client().await, &ns);
+    let op = dynamic_crs(&operator_client().await, &ns);
     let set = json!({"metadata": {"annotations": {DEFAULTS_RELEASE: "release-a"}}});
     op.patch("cp", &PatchParams::default(), &Patch::Merge(&set))
         .await
@@ -110,10 +103,7 @@ async fn an_editor_cannot_set_change_or_remove_the_operators_annotations() {
     );
     sm["metadata"]["annotations"] = json!({"connectivityproxy.sap.com/adopted-by": "me"});
     let sm: DynamicObject = serde_json::from_value(sm).expect("mapping");
-    let mappings: Api<DynamicObject> = Api::all_with(
-        alice.clone(),
-        &ApiResource::erase::<cp_api::ServiceMapping>(&()),
-    );
+    let mappings = dynamic_mappings(&alice);
     let msg = denial(
         mappings.create(&PostParams::default(), &sm).await,
         "mapping with an operator annotation",
@@ -153,7 +143,7 @@ async fn the_controllers_own_writes_do_not_depend_on_its_webhook() {
     let obj: DynamicObject = serde_json::from_value(cr).expect("object");
     // Created by the admin before the dead webhook takes effect is not guaranteed: create as the
     // operator, which the dead webhook must not be asked about.
-    let op = cps(&operator_client().await, &ns);
+    let op = dynamic_crs(&operator_client().await, &ns);
     let result = cp_tests::wait::until(
         "the operator's create admitted without the webhook",
         Duration::from_secs(10),
@@ -165,7 +155,7 @@ async fn the_controllers_own_writes_do_not_depend_on_its_webhook() {
         },
     )
     .await;
-    let alice_api = cps(&alice_client(AUTHENTICATED).await, &ns);
+    let alice_api = dynamic_crs(&alice_client(AUTHENTICATED).await, &ns);
     // The dead webhook is in force: alice's write of the labelled CR fails closed.
     let alice_write = cp_tests::wait::until(
         "alice's write refused by the unreachable webhook",
@@ -319,19 +309,16 @@ async fn a_cr_in_another_namespace_never_changes_the_servicemapping_rules() {
             .map(|c| c.remove("subaccountId"));
         serde_json::from_value::<DynamicObject>(cr).expect("object")
     };
-    cps(&alice_client(AUTHENTICATED).await, &elsewhere)
+    dynamic_crs(&alice_client(AUTHENTICATED).await, &elsewhere)
         .create(&PostParams::default(), &shared("foreign-shared"))
         .await
         .expect("a CR elsewhere is admitted");
-    let control = cps(&admin, names::KYMA_SYSTEM);
+    let control = dynamic_crs(&admin, names::KYMA_SYSTEM);
     control
         .create(&PostParams::default(), &shared("sec-shared-control"))
         .await
         .expect("the kyma-system CR");
-    let mappings: Api<DynamicObject> = Api::all_with(
-        admin.clone(),
-        &ApiResource::erase::<cp_api::ServiceMapping>(&()),
-    );
+    let mappings = dynamic_mappings(&admin);
     let spec = json!({"type": "RFC", "serviceId": "sec-no-subaccount", "internalAddress": "erp.erp:3300",
         "locationIds": ["loc1"]});
     let mapping: DynamicObject =
@@ -371,7 +358,7 @@ async fn a_cr_in_another_namespace_never_changes_the_servicemapping_rules() {
         || verdict(true),
     )
     .await;
-    let _ = cps(&admin, &elsewhere)
+    let _ = dynamic_crs(&admin, &elsewhere)
         .delete("foreign-shared", &DeleteParams::default())
         .await;
     seen.expect("the kyma-system CR counts");
@@ -383,7 +370,7 @@ async fn a_cr_in_another_namespace_never_changes_the_servicemapping_rules() {
 async fn oversized_fields_are_refused_by_the_crd_schema_naming_the_field() {
     webhook().await;
     let ns = control_plane().namespace("sec-sizes").await.expect("ns");
-    let api = cps(&alice_client(AUTHENTICATED).await, &ns);
+    let api = dynamic_crs(&alice_client(AUTHENTICATED).await, &ns);
     let mut cr = default_cr("big");
     cr["spec"]["secretConfig"]["integration"]["connectivityService"]["secretName"] =
         json!("a".repeat(300));
@@ -396,10 +383,7 @@ async fn oversized_fields_are_refused_by_the_crd_schema_naming_the_field() {
         ),
         other => panic!("a 300-character secret name: expected 422, got {other:?}"),
     }
-    let mappings: Api<DynamicObject> = Api::all_with(
-        alice_client(AUTHENTICATED).await,
-        &ApiResource::erase::<cp_api::ServiceMapping>(&()),
-    );
+    let mappings = dynamic_mappings(&alice_client(AUTHENTICATED).await);
     let spec = json!({"type": "RFC", "subaccountId": "00000000-0000-0000-0000-0000000000bb", "serviceId": "sec-sizes",
         "internalAddress": format!("{}.erp:3300", "e".repeat(2000)),
         "locationIds": (0..300).map(|i| format!("loc{i}")).collect::<Vec<_>>()});
@@ -470,7 +454,7 @@ subjects: [{kind: User, name: victor, apiGroup: rbac.authorization.k8s.io}]
         "edna creates a CR through edit",
         Duration::from_secs(30),
         || {
-            let (api, obj) = (cps(&edna, &ns), obj.clone());
+            let (api, obj) = (dynamic_crs(&edna, &ns), obj.clone());
             async move {
                 match api.create(&PostParams::default(), &obj).await {
                     Ok(_) => Ok(Some(())),
@@ -482,10 +466,7 @@ subjects: [{kind: User, name: victor, apiGroup: rbac.authorization.k8s.io}]
     )
     .await
     .expect("edit grants ConnectivityProxies");
-    let victors_mappings: Api<DynamicObject> = Api::all_with(
-        victor.clone(),
-        &ApiResource::erase::<cp_api::ServiceMapping>(&()),
-    );
+    let victors_mappings = dynamic_mappings(&victor);
     cp_tests::wait::until(
         "victor lists ServiceMappings through view",
         Duration::from_secs(30),
@@ -501,7 +482,7 @@ subjects: [{kind: User, name: victor, apiGroup: rbac.authorization.k8s.io}]
     )
     .await
     .expect("view grants ServiceMappings");
-    let theirs = cps(&victor, &ns);
+    let theirs = dynamic_crs(&victor, &ns);
     for (what, result) in [
         ("get", theirs.get("cp").await.map(|_| ())),
         ("list", theirs.list(&Default::default()).await.map(|_| ())),
@@ -621,7 +602,7 @@ async fn with_a_client_ca_the_webhook_answers_only_the_api_server() {
     let mut cr = default_cr("cp-mtls");
     cr["metadata"]["labels"] = json!({label: "true"});
     let obj: DynamicObject = serde_json::from_value(cr).expect("object");
-    let api = cps(&alice_client(AUTHENTICATED).await, &ns);
+    let api = dynamic_crs(&alice_client(AUTHENTICATED).await, &ns);
     let before = admission_requests(&wh).await;
     let through = cp_tests::wait::until(
         "a CR admitted through the API server by the mTLS webhook",
@@ -674,14 +655,11 @@ async fn a_stolen_webhook_token_reads_what_admission_needs_and_writes_nothing() 
     };
     let ks = names::KYMA_SYSTEM;
     // Reads admission needs: the module's CRs in kyma-system, ServiceMappings, its ConfigMap by name.
-    cps(&token, ks)
+    dynamic_crs(&token, ks)
         .list(&Default::default())
         .await
         .expect("CRs in kyma-system are read");
-    let mappings: Api<DynamicObject> = Api::all_with(
-        token.clone(),
-        &ApiResource::erase::<cp_api::ServiceMapping>(&()),
-    );
+    let mappings = dynamic_mappings(&token);
     mappings
         .list(&Default::default())
         .await
@@ -690,13 +668,13 @@ async fn a_stolen_webhook_token_reads_what_admission_needs_and_writes_nothing() 
     let mut cr = default_cr(names::DEFAULT_CR_NAME);
     cr["metadata"]["namespace"] = json!(ks);
     denial(
-        cps(&token, ks)
+        dynamic_crs(&token, ks)
             .create(&dry, &serde_json::from_value(cr.clone()).expect("cr"))
             .await,
         "create a CR",
     );
     denial(
-        cps(&token, ks)
+        dynamic_crs(&token, ks)
             .patch(names::DEFAULT_CR_NAME, &patch, &Patch::Apply(&cr))
             .await,
         "apply the CR",
@@ -765,7 +743,9 @@ async fn a_stolen_webhook_token_reads_what_admission_needs_and_writes_nothing() 
     );
     // Elsewhere: not even a read of the module's CRs.
     denial(
-        cps(&token, "default").list(&Default::default()).await,
+        dynamic_crs(&token, "default")
+            .list(&Default::default())
+            .await,
         "list CRs elsewhere",
     );
 }

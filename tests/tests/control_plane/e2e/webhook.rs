@@ -1,25 +1,21 @@
 //! Admission end to end: requests travel through the real API server to the registered webhook.
 
 use cp_api::defaults;
-use cp_tests::fixtures::{config_map, default_cr, service_mapping_json};
+use cp_tests::fixtures::{
+    config_map, default_cr, dynamic_crs, dynamic_mappings, service_mapping_json,
+};
 use cp_tests::shared::{
     AUTHENTICATED, MAPPINGS_LOCK, alice_client, control_plane, operator_client, webhook,
 };
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-
-fn cp_api_resource() -> ApiResource {
-    ApiResource::erase::<cp_api::ConnectivityProxy>(&())
-}
-
-fn cps(client: &Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(client.clone(), ns, &cp_api_resource())
-}
 
 async fn create(client: &Client, ns: &str, v: Value) -> Result<DynamicObject, kube::Error> {
     let obj: DynamicObject = serde_json::from_value(v).expect("object");
-    cps(client, ns).create(&PostParams::default(), &obj).await
+    dynamic_crs(client, ns)
+        .create(&PostParams::default(), &obj)
+        .await
 }
 
 /// Parameters of a dry-run write: admitted (or denied) and not stored.
@@ -32,7 +28,7 @@ fn dry_run() -> PostParams {
 
 async fn dry_create(client: &Client, ns: &str, v: Value) -> Result<DynamicObject, kube::Error> {
     let obj: DynamicObject = serde_json::from_value(v).expect("object");
-    cps(client, ns).create(&dry_run(), &obj).await
+    dynamic_crs(client, ns).create(&dry_run(), &obj).await
 }
 
 /// The denial message, or a panic if the call succeeded.
@@ -77,7 +73,7 @@ async fn users_cannot_change_deployment_by_any_write_method() {
     let ns = control_plane().namespace("wh-protect").await.expect("ns");
     let alice = alice_client(AUTHENTICATED).await;
     create(&alice, &ns, default_cr("cp")).await.expect("create");
-    let api = cps(&alice, &ns);
+    let api = dynamic_crs(&alice, &ns);
 
     // update (PUT)
     let mut current = api.get("cp").await.expect("get");
@@ -155,7 +151,7 @@ async fn users_cannot_change_deployment_by_any_write_method() {
     );
 
     // The operator's ServiceAccount may change spec.deployment.
-    let op = cps(&operator_client().await, &ns);
+    let op = dynamic_crs(&operator_client().await, &ns);
     let bump = json!({"spec": {"deployment": {"replicaCount": 2}}});
     let after = op
         .patch("cp", &PatchParams::default(), &Patch::Merge(&bump))
@@ -322,7 +318,7 @@ async fn connectivity_secret_name_is_frozen_while_secret_data_is_set() {
     webhook().await;
     let ns = control_plane().namespace("wh-secret").await.expect("ns");
     let alice = alice_client(AUTHENTICATED).await;
-    let api = cps(&alice, &ns);
+    let api = dynamic_crs(&alice, &ns);
     let cr = with(
         default_cr("sec"),
         "/spec/secretConfig/integration/connectivityService",
@@ -356,16 +352,11 @@ fn mapping(name: &str, service: &str) -> Value {
     service_mapping_json(name, spec)
 }
 
-fn mappings(client: &Client) -> Api<DynamicObject> {
-    Api::all_with(
-        client.clone(),
-        &ApiResource::erase::<cp_api::ServiceMapping>(&()),
-    )
-}
-
 async fn create_mapping(client: &Client, v: Value) -> Result<DynamicObject, kube::Error> {
     let obj: DynamicObject = serde_json::from_value(v).expect("mapping");
-    mappings(client).create(&PostParams::default(), &obj).await
+    dynamic_mappings(client)
+        .create(&PostParams::default(), &obj)
+        .await
 }
 
 /// Waits until the webhook's cache has seen a mapping: a duplicate of it is refused.
@@ -377,7 +368,7 @@ async fn wait_mapping_cached(client: &Client, service: &str) {
         || async {
             let obj: DynamicObject =
                 serde_json::from_value(probe.clone()).map_err(|e| e.to_string())?;
-            match mappings(client).create(&dry_run(), &obj).await {
+            match dynamic_mappings(client).create(&dry_run(), &obj).await {
                 Err(kube::Error::Api(s)) if s.message.contains("already maps") => Ok(Some(())),
                 other => Err(format!("{other:?}")),
             }
@@ -426,7 +417,7 @@ async fn service_mappings_are_validated_and_unique() {
     );
     denied(create_mapping(&alice, bad).await, "no port");
     // An update of the mapping itself is not a duplicate.
-    let api = mappings(&alice);
+    let api = dynamic_mappings(&alice);
     let loc = json!({"spec": {"locationIds": ["loc1"]}});
     api.patch("sm-unique-a", &PatchParams::default(), &Patch::Merge(&loc))
         .await
@@ -447,7 +438,7 @@ async fn a_mapping_held_by_a_foreign_finalizer_is_still_validated() {
         json!(["example.com/hold"]),
     );
     create_mapping(&alice, held).await.expect("held mapping");
-    let api = mappings(&alice);
+    let api = dynamic_mappings(&alice);
     api.delete("sm-held", &Default::default())
         .await
         .expect("delete (held by the finalizer)");
@@ -482,7 +473,7 @@ async fn service_channels_cannot_be_disabled_while_mappings_exist() {
         .await
         .expect("mapping");
     wait_mapping_cached(&alice, "channels-s4").await;
-    let api = cps(&alice, &ns);
+    let api = dynamic_crs(&alice, &ns);
     create(&alice, &ns, default_cr("ch")).await.expect("create");
     let off = json!({"spec": {"config": {"serviceChannels": {"enabled": false}}}});
     let msg = denied(
@@ -491,7 +482,7 @@ async fn service_channels_cannot_be_disabled_while_mappings_exist() {
         "disable channels",
     );
     assert!(msg.contains("sm-channels"), "lists the mappings: {msg}");
-    mappings(&alice)
+    dynamic_mappings(&alice)
         .delete("sm-channels", &Default::default())
         .await
         .expect("delete mapping");
@@ -733,7 +724,7 @@ async fn privileged_identities_are_read_live_from_the_configmap() {
         })
         .await
         .expect("carol");
-    let api = cps(&carol, &ns);
+    let api = dynamic_crs(&carol, &ns);
     let edit = |n: i64| json!({"spec": {"deployment": {"replicaCount": n}}});
     let msg = denied(
         api.patch("cp", &PatchParams::default(), &Patch::Merge(&edit(2)))
@@ -829,7 +820,7 @@ async fn broad_groups_in_the_configmap_do_not_make_everyone_privileged() {
         "sre-team's edit admitted",
         std::time::Duration::from_secs(15),
         || {
-            let api = cps(&carol, &ns);
+            let api = dynamic_crs(&carol, &ns);
             let v = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             async move {
                 api.patch("cp", &PatchParams::default(), &Patch::Merge(&edit(v)))
@@ -844,7 +835,7 @@ async fn broad_groups_in_the_configmap_do_not_make_everyone_privileged() {
     // alice is in system:authenticated (as every authenticated user): still refused.
     let v = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let msg = denied(
-        cps(&alice, &ns)
+        dynamic_crs(&alice, &ns)
             .patch("cp", &PatchParams::default(), &Patch::Merge(&edit(v)))
             .await,
         "alice, in system:authenticated",

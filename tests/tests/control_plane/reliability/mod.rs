@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use cp_api::ConnectivityProxy;
 use cp_tests::cluster::Identity;
 use cp_tests::controller::ControllerProcess;
-use cp_tests::fixtures::{default_connectivity_proxy, default_cr_object, install_our_crds};
+use cp_tests::fixtures::{
+    default_connectivity_proxy, default_cr_object, dynamic_crs, install_our_crds,
+};
 use cp_tests::shared::{EDITOR_RBAC, alice_client, take_turn};
 use cp_tests::webhook::Webhook;
 use cp_tests::{manifest, support};
@@ -47,11 +49,7 @@ async fn webhook_down_fails_closed_for_connectivity_proxies_only() {
     let (_turn, cp, admin, _wh) = registered_webhook("webhook-to-kill").await;
     let ns = cp.namespace("webhook-down").await.expect("ns");
     let alice = alice_client(&[]).await;
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        alice.clone(),
-        &ns,
-        &ApiResource::erase::<ConnectivityProxy>(&()),
-    );
+    let api = dynamic_crs(&alice, &ns);
     let cr = default_cr_object("down");
     cp_tests::wait::admitted(&api, "admission through the webhook")
         .await
