@@ -369,19 +369,12 @@ async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module
         let fd = cp_tests::node::NODE_FD_LIMIT - round;
         let fd_patch =
             json!({"spec": {"deployment": {"resources": {"maxFileDescriptorCount": fd}}}});
-        cp_tests::wait::until(
-            "the privileged group's spec.deployment change admitted",
-            Duration::from_secs(30),
-            || {
-                let (api, patch) = (as_member.clone(), fd_patch.clone());
-                async move {
-                    api.patch(CR, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                        .map(|_| Some(()))
-                        .map_err(|e| e.to_string())
-                }
-            },
-        )
+        let what = "the privileged group's spec.deployment change admitted";
+        cp_tests::wait::until(what, Duration::from_secs(30), || async {
+            let patch = Patch::Merge(&fd_patch);
+            let patched = as_member.patch(CR, &PatchParams::default(), &patch).await;
+            patched.map(|_| Some(())).map_err(|e| e.to_string())
+        })
         .await
         .with_context(|| format!("round {round}: the SRE's change"))?;
         let mut passes = Vec::new();

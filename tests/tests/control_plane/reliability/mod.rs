@@ -110,14 +110,9 @@ async fn hostile_user_cannot_change_deployment_through_the_status_subresource() 
     cp_tests::wait::until(
         "create through the webhook",
         Duration::from_secs(30),
-        || {
-            let (api, cr) = (admin_api.clone(), cr.clone());
-            async move {
-                api.create(&PostParams::default(), &cr)
-                    .await
-                    .map(|_| Some(()))
-                    .map_err(|e| e.to_string())
-            }
+        || async {
+            let created = admin_api.create(&PostParams::default(), &cr).await;
+            created.map(|_| Some(())).map_err(|e| e.to_string())
         },
     )
     .await
@@ -162,18 +157,11 @@ async fn hostile_user_cannot_change_deployment_through_the_status_subresource() 
     );
     // Nor through the main resource with edit rights.
     let alice = alice_client(&[]).await;
-    let err = Api::<ConnectivityProxy>::namespaced(alice, &ns)
-        .patch(
-            "victim",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"deployment": {"replicaCount": 9}}})),
-        )
-        .await
-        .expect_err("refused");
-    assert!(
-        err.to_string().contains("spec.deployment.replicaCount"),
-        "{err}"
-    );
+    let api = Api::<ConnectivityProxy>::namespaced(alice, &ns);
+    let edit = Patch::Merge(json!({"spec": {"deployment": {"replicaCount": 9}}}));
+    let refused = api.patch("victim", &PatchParams::default(), &edit).await;
+    let err = refused.expect_err("refused").to_string();
+    assert!(err.contains("spec.deployment.replicaCount"), "{err}");
     // One ConnectivityProxy per cluster: leave none behind for the next test.
     admin_api
         .delete("victim", &Default::default())
