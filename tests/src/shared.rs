@@ -87,6 +87,12 @@ pub async fn webhook() -> &'static Webhook {
         .await
 }
 
+/// [`webhook`] running, and a fresh namespace named after `prefix` ([`ControlPlane::namespace`]).
+pub async fn webhook_and_namespace(prefix: &str) -> String {
+    webhook().await;
+    control_plane().namespace(prefix).await.expect("ns")
+}
+
 /// Edit rights on both kinds for [`ALICE`], `carol` and the operator's ServiceAccount.
 pub const EDITOR_RBAC: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1

@@ -9,7 +9,9 @@ use cp_tests::cluster::Identity;
 use cp_tests::fixtures::{
     default_cr, default_cr_object, dynamic_crs, dynamic_mappings, service_mapping_json,
 };
-use cp_tests::shared::{AUTHENTICATED, alice_client, control_plane, operator_client, webhook};
+use cp_tests::shared::{
+    AUTHENTICATED, alice_client, control_plane, operator_client, webhook, webhook_and_namespace,
+};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -26,8 +28,7 @@ fn denial<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> String {
 
 #[tokio::test]
 async fn an_editor_cannot_set_change_or_remove_the_operators_annotations() {
-    webhook().await;
-    let ns = control_plane().namespace("sec-annot").await.expect("ns");
+    let ns = webhook_and_namespace("sec-annot").await;
     let alice = alice_client(AUTHENTICATED).await;
     let api = dynamic_crs(&alice, &ns);
 
@@ -368,8 +369,7 @@ async fn a_cr_in_another_namespace_never_changes_the_servicemapping_rules() {
 /// Every free-form field has a size limit, enforced by the API server from the CRD schema.
 #[tokio::test]
 async fn oversized_fields_are_refused_by_the_crd_schema_naming_the_field() {
-    webhook().await;
-    let ns = control_plane().namespace("sec-sizes").await.expect("ns");
+    let ns = webhook_and_namespace("sec-sizes").await;
     let api = dynamic_crs(&alice_client(AUTHENTICATED).await, &ns);
     let mut cr = default_cr("big");
     cr["spec"]["secretConfig"]["integration"]["connectivityService"]["secretName"] =

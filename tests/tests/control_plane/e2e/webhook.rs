@@ -6,6 +6,7 @@ use cp_tests::fixtures::{
 };
 use cp_tests::shared::{
     AUTHENTICATED, MAPPINGS_LOCK, alice_client, control_plane, operator_client, webhook,
+    webhook_and_namespace,
 };
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -48,8 +49,7 @@ fn denied<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> String {
 
 #[tokio::test]
 async fn default_cr_created_by_a_user_gets_complete_deployment_defaults() {
-    webhook().await;
-    let ns = control_plane().namespace("wh-default").await.expect("ns");
+    let ns = webhook_and_namespace("wh-default").await;
     let stored = create(
         &alice_client(AUTHENTICATED).await,
         &ns,
@@ -69,8 +69,7 @@ async fn default_cr_created_by_a_user_gets_complete_deployment_defaults() {
 
 #[tokio::test]
 async fn users_cannot_change_deployment_by_any_write_method() {
-    webhook().await;
-    let ns = control_plane().namespace("wh-protect").await.expect("ns");
+    let ns = webhook_and_namespace("wh-protect").await;
     let alice = alice_client(AUTHENTICATED).await;
     create(&alice, &ns, default_cr("cp")).await.expect("create");
     let api = dynamic_crs(&alice, &ns);
@@ -315,8 +314,7 @@ async fn every_validation_rule_has_an_allowed_and_a_denied_case() {
 
 #[tokio::test]
 async fn connectivity_secret_name_is_frozen_while_secret_data_is_set() {
-    webhook().await;
-    let ns = control_plane().namespace("wh-secret").await.expect("ns");
+    let ns = webhook_and_namespace("wh-secret").await;
     let alice = alice_client(AUTHENTICATED).await;
     let api = dynamic_crs(&alice, &ns);
     let cr = with(
