@@ -3,7 +3,7 @@
 
 use std::hint::black_box;
 
-use cp_webhook::admission::{self, Endpoint, ClusterView, Policy};
+use cp_webhook::admission::{self, ClusterView, Endpoint, Policy};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 /// cp-webhook's allocator (`cp_webhook::memory`), so the figures are the shipped binary's.

@@ -1,7 +1,7 @@
 //! Runs one admission handler N times, for profilers (`valgrind --tool=callgrind`, `perf record`):
 //! `handler_loop mutate|validate N`.
 
-use cp_webhook::admission::{self, Endpoint, ClusterView, Policy};
+use cp_webhook::admission::{self, ClusterView, Endpoint, Policy};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();

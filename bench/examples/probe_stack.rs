@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use cp_bench::load::{self, Mode, Target};
+use cp_bench::harness::load::{self, Mode, Target};
 use cp_webhook::server::admission_router;
 
 /// cp-webhook's allocator, so the figures are the shipped binary's.

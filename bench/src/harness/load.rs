@@ -6,7 +6,7 @@
 //! sent at a fixed rate from a pacing thread whatever the answers do; latency counts from the
 //! scheduled send time, so a stalled server cannot hide its queue). Every latency is kept for exact
 //! percentiles. The server's CPU time over the measured window comes from `/proc/<pid>/stat`
-//! (utime + stime of all its threads).
+//! (utime + stime of all its threads, [`crate::harness::procfs`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +17,9 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio_rustls::TlsConnector;
+
+use crate::harness::procfs::{Throttling, machine_ticks, process_cpu_us};
+use crate::harness::stats::nearest_rank;
 
 /// How a run loads the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,54 +83,6 @@ pub struct Samples(pub Arc<Vec<u32>>);
 impl std::fmt::Debug for Samples {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} samples", self.0.len())
-    }
-}
-
-/// CFS bandwidth figures of a cgroup over a window (`cpu.stat` of the v1 `cpu` controller).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Throttling {
-    /// Enforcement periods that elapsed with the group runnable.
-    pub periods: u64,
-    /// Of those, the periods in which it hit its quota and was throttled.
-    pub throttled: u64,
-    /// Time its threads spent throttled, µs.
-    pub throttled_us: u64,
-}
-
-impl Throttling {
-    /// Reads `cpu.stat` in the cgroup directory `dir`.
-    pub fn read(dir: &std::path::Path) -> anyhow::Result<Self> {
-        use anyhow::Context;
-        let path = dir.join("cpu.stat");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        Self::parse(&text).with_context(|| format!("{}: unexpected content", path.display()))
-    }
-
-    fn parse(text: &str) -> Option<Self> {
-        let field = |k: &str| {
-            text.lines().find_map(|l| {
-                l.strip_prefix(k)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            })
-        };
-        Some(Self {
-            periods: field("nr_periods")?,
-            throttled: field("nr_throttled")?,
-            throttled_us: field("throttled_time")? / 1_000,
-        })
-    }
-
-    /// What happened between `earlier` and this reading.
-    pub fn since(&self, earlier: Self) -> Self {
-        Self {
-            periods: self.periods.saturating_sub(earlier.periods),
-            throttled: self.throttled.saturating_sub(earlier.throttled),
-            throttled_us: self.throttled_us.saturating_sub(earlier.throttled_us),
-        }
     }
 }
 
@@ -274,161 +229,22 @@ fn own_tid() -> Option<String> {
     Some(link.file_name()?.to_str()?.to_string())
 }
 
-/// User + system CPU time of process `pid` (all its threads, living and exited), in µs.
-pub fn process_cpu_us(pid: u32) -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command (which may contain spaces) start after the last ')'.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat: no ')'"))?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of stat(5), i.e. 12 and 13 after the state field.
-    let ticks = |i: usize| -> anyhow::Result<u64> {
-        Ok(fields
-            .get(i)
-            .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat: short"))?
-            .parse()?)
-    };
-    Ok((ticks(11)? + ticks(12)?) * 1_000_000 / clock_ticks())
-}
-
-/// The machine's CPU time so far, from the first line of `/proc/stat`, in clock ticks.
-#[derive(Clone, Copy, Debug)]
-pub struct CpuTicks {
-    /// Every state's ticks added up.
-    pub total: u64,
-    /// Ticks stolen by the hypervisor.
-    pub steal: u64,
-}
-
-impl CpuTicks {
-    /// The share of `total` stolen since `earlier`, percent.
-    pub fn since(&self, earlier: CpuTicks) -> f64 {
-        let total = self.total.saturating_sub(earlier.total);
-        if total == 0 {
-            return 0.0;
-        }
-        100.0 * self.steal.saturating_sub(earlier.steal) as f64 / total as f64
-    }
-}
-
-/// Reads the machine's CPU ticks (all CPUs) from `/proc/stat`.
-pub fn machine_ticks() -> anyhow::Result<CpuTicks> {
-    let stat = std::fs::read_to_string("/proc/stat")?;
-    parse_cpu_ticks(&stat).ok_or_else(|| anyhow::anyhow!("/proc/stat: no cpu line"))
-}
-
-/// The `cpu` line of `/proc/stat`: user nice system idle iowait irq softirq steal guest
-/// guest_nice (guest time is already counted in user, so it is left out of the total).
-fn parse_cpu_ticks(stat: &str) -> Option<CpuTicks> {
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .ok()?;
-    let steal = *v.get(7)?;
-    Some(CpuTicks {
-        total: v.iter().take(8).sum(),
-        steal,
-    })
-}
-
-/// A process's memory from `/proc/<pid>/status`, KiB.
-#[derive(Clone, Copy, Debug)]
-pub struct ProcMemory {
-    /// `RssAnon`: anonymous resident memory (what the process allocated; its binary's file pages
-    /// excluded).
-    pub anon: u64,
-    /// `VmRSS`: anonymous + file + shared resident pages.
-    pub rss: u64,
-    /// `VmHWM`: peak resident.
-    pub hwm: u64,
-}
-
-/// Reads `RssAnon`, `VmRSS` and `VmHWM` of process `pid`.
-pub fn process_memory(pid: u32) -> anyhow::Result<ProcMemory> {
-    use anyhow::Context;
-    let path = format!("/proc/{pid}/status");
-    let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    let field = |key: &str| -> anyhow::Result<u64> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("no {key} in {path}"))
-    };
-    Ok(ProcMemory {
-        anon: field("RssAnon:")?,
-        rss: field("VmRSS:")?,
-        hwm: field("VmHWM:")?,
-    })
-}
-
-fn clock_ticks() -> u64 {
-    static TICKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *TICKS.get_or_init(|| {
-        std::process::Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-            .filter(|t| *t > 0)
-            .unwrap_or(100)
-    })
-}
-
-/// Latencies pooled over several runs (every attempt of a cell): counts per microsecond value.
-#[derive(Clone, Debug, Default)]
-pub struct Pooled {
-    counts: std::collections::BTreeMap<u32, u64>,
-    total: u64,
-}
-
-impl Pooled {
-    /// Adds a run's latencies.
-    pub fn add(&mut self, latencies: &[u32]) {
-        for &l in latencies {
-            *self.counts.entry(l).or_insert(0) += 1;
-        }
-        self.total += latencies.len() as u64;
-    }
-
-    /// Latencies pooled so far.
-    pub fn len(&self) -> u64 {
-        self.total
-    }
-
-    /// Whether nothing was pooled.
-    pub fn is_empty(&self) -> bool {
-        self.total == 0
-    }
-
-    /// The `p` percentile (0 < p ≤ 1) of everything pooled, µs; the same rank rule as a run's.
-    pub fn percentile(&self, p: f64) -> u64 {
-        if self.total == 0 {
-            return 0;
-        }
-        let rank = ((self.total as f64 * p).ceil() as u64).clamp(1, self.total);
-        let mut seen = 0;
-        for (&v, &n) in &self.counts {
-            seen += n;
-            if seen >= rank {
-                return u64::from(v);
-            }
-        }
-        self.counts.keys().next_back().map_or(0, |&v| u64::from(v))
-    }
-}
-
 /// Latencies and errors of the measured window.
 #[derive(Default)]
 struct Window {
     lat: Vec<u32>,
     errors: usize,
+}
+
+impl Window {
+    /// A request of the window: its latency when it was answered 200, else an error.
+    fn record(&mut self, ok: bool, latency: Duration) {
+        if ok {
+            self.lat.push(latency.as_micros() as u32);
+        } else {
+            self.errors += 1;
+        }
+    }
 }
 
 /// Loads `target` in `mode`: `warmup` unmeasured, then `measure`; the server's CPU is read from
@@ -479,13 +295,7 @@ pub async fn run_in(
     let (cpu_us, steal_pct, throttled) = cpu.await??;
     let mut all = window.lat;
     all.sort_unstable();
-    let pct = |p: f64| -> u64 {
-        if all.is_empty() {
-            return 0;
-        }
-        let idx = ((all.len() as f64 * p).ceil() as usize).clamp(1, all.len()) - 1;
-        u64::from(all[idx])
-    };
+    let pct = |p: f64| nearest_rank(all.len(), p).map_or(0, |i| u64::from(all[i]));
     Ok(Stats {
         requests: all.len(),
         errors: window.errors,
@@ -539,11 +349,7 @@ async fn closed(
                 };
                 let t1 = Instant::now();
                 if t0 >= measure_from && t1 <= end {
-                    if ok {
-                        w.lat.push((t1 - t0).as_micros() as u32);
-                    } else {
-                        w.errors += 1;
-                    }
+                    w.record(ok, t1 - t0);
                 }
                 if !ok && !fresh {
                     // Reconnect after a failure (the server may have closed the connection).
@@ -631,11 +437,7 @@ async fn open(
                     && due < end
                     && let Ok(mut w) = window.lock()
                 {
-                    if ok {
-                        w.lat.push((t1 - due).as_micros() as u32);
-                    } else {
-                        w.errors += 1;
-                    }
+                    w.record(ok, t1 - due);
                 }
             }));
             due += interval;
@@ -655,55 +457,4 @@ async fn open(
             .map_err(|_| anyhow::anyhow!("latency lock poisoned"))?,
     );
     Ok((w, extra.load(std::sync::atomic::Ordering::Relaxed)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pooled_percentiles_rank_like_a_single_run() {
-        let mut p = Pooled::default();
-        assert_eq!(p.percentile(0.99), 0);
-        p.add(&(1..=50).collect::<Vec<u32>>());
-        p.add(&(51..=100).collect::<Vec<u32>>());
-        assert_eq!(p.len(), 100);
-        assert_eq!(p.percentile(0.5), 50);
-        assert_eq!(p.percentile(0.99), 99);
-        assert_eq!(p.percentile(1.0), 100);
-        p.add(&[5000]);
-        assert_eq!(p.percentile(1.0), 5000);
-    }
-
-    #[test]
-    fn throttling_is_read_from_cpu_stat() {
-        let a =
-            Throttling::parse("nr_periods 10\nnr_throttled 2\nthrottled_time 3000000\n").unwrap();
-        assert_eq!(
-            a,
-            Throttling {
-                periods: 10,
-                throttled: 2,
-                throttled_us: 3000
-            }
-        );
-        let b = Throttling::parse(
-            "nr_periods 40\nnr_throttled 2\nthrottled_time 3000000\nwait_sum 1\n",
-        )
-        .unwrap();
-        assert_eq!(b.since(a).throttled, 0);
-        assert_eq!(b.since(a).periods, 30);
-        assert!(Throttling::parse("nr_periods x\n").is_none());
-    }
-
-    #[test]
-    fn steal_is_the_share_of_every_state_but_guest() {
-        let a = parse_cpu_ticks("cpu  100 0 50 800 10 0 5 35 7 0\ncpu0 1 2 3\n").unwrap();
-        assert_eq!((a.total, a.steal), (1000, 35));
-        let b = parse_cpu_ticks("cpu  150 0 60 870 10 0 5 105 9 0\n").unwrap();
-        assert!((b.since(a) - 35.0).abs() < 1e-9, "{}", b.since(a));
-        assert_eq!(a.since(a), 0.0);
-        assert!(parse_cpu_ticks("intr 1 2\n").is_none());
-        assert!(parse_cpu_ticks("cpu  1 2 x\n").is_none());
-    }
 }
