@@ -156,6 +156,17 @@ pub fn config_map(name: &str, data: Value) -> Value {
     serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data})
 }
 
+/// The name of the operator's ConfigMap in kyma-system that names the identities the webhook privileges.
+pub const OPERATOR_CONFIG: &str = "connectivity-proxy-operator-config";
+
+/// The operator's ConfigMap `kyma-system/`[`OPERATOR_CONFIG`] with `data` (e.g.
+/// `{"privilegedUsers": ..., "privilegedGroups": ...}`), as JSON.
+pub fn operator_config(data: Value) -> Value {
+    let mut cm = config_map(OPERATOR_CONFIG, data);
+    cm["metadata"]["namespace"] = cp_api::names::KYMA_SYSTEM.into();
+    cm
+}
+
 /// Gardener's ConfigMap `kube-system/shoot-info` naming the cluster's `domain` (none: without one), as
 /// JSON.
 pub fn shoot_info(domain: Option<&str>) -> Value {

@@ -684,14 +684,12 @@ impl Cluster {
     pub async fn fit_fd_limit_to_node(&self, cr: &str) -> anyhow::Result<()> {
         use cp_api::names;
         let client = self.cp.admin().await?;
-        let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "connectivity-proxy-operator-config", "namespace": names::KYMA_SYSTEM},
-            "data": {"privilegedUsers": SRE_USER}});
+        let cm = crate::fixtures::operator_config(serde_json::json!({"privilegedUsers": SRE_USER}));
         let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
             Api::namespaced(client.clone(), names::KYMA_SYSTEM);
         // The bundle ships no such ConfigMap (lifecycle-manager would reset it): the SRE creates it.
         cms.patch(
-            "connectivity-proxy-operator-config",
+            crate::fixtures::OPERATOR_CONFIG,
             &kube::api::PatchParams::apply(SRE_USER),
             &kube::api::Patch::Apply(&cm),
         )
@@ -738,7 +736,7 @@ impl Cluster {
             Api::namespaced(self.cp.admin().await?, cp_api::names::KYMA_SYSTEM);
         match cms
             .delete(
-                "connectivity-proxy-operator-config",
+                crate::fixtures::OPERATOR_CONFIG,
                 &kube::api::DeleteParams::default(),
             )
             .await

@@ -322,15 +322,15 @@ async fn lifecycle_managers_steps_install_localize_upgrade_and_remove_the_module
     // SRE acting between them. What they set (the privileged groups in the SRE's ConfigMap, the user's
     // port, the SRE's `spec.deployment` change, admitted only through that ConfigMap) survives each.
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
-    let sre_config = "connectivity-proxy-operator-config";
+    let sre_config = cp_tests::fixtures::OPERATOR_CONFIG;
     for round in 1..=3i64 {
         let group = format!("cp-sre-team-{round}");
         cms.patch(
             sre_config,
             &PatchParams::apply(cp_tests::node::SRE_USER),
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": sre_config, "namespace": names::KYMA_SYSTEM},
-                "data": {"privilegedUsers": cp_tests::node::SRE_USER, "privilegedGroups": group}})),
+            &Patch::Apply(cp_tests::fixtures::operator_config(
+                json!({"privilegedUsers": cp_tests::node::SRE_USER, "privilegedGroups": group}),
+            )),
         )
         .await
         .context("the SRE names a privileged group")?;

@@ -7,7 +7,8 @@ use cp_api::admission_config::{self, Endpoint};
 use cp_api::names;
 use cp_tests::cluster::Identity;
 use cp_tests::fixtures::{
-    default_cr, default_cr_object, dynamic_crs, dynamic_mappings, service_mapping_json,
+    OPERATOR_CONFIG, default_cr, default_cr_object, dynamic_crs, dynamic_mappings, operator_config,
+    service_mapping_json,
 };
 use cp_tests::shared::{
     AUTHENTICATED, alice_client, control_plane, operator_client, webhook, webhook_and_namespace,
@@ -707,13 +708,9 @@ async fn a_stolen_webhook_token_reads_what_admission_needs_and_writes_nothing() 
     let cms: Api<ConfigMap> = Api::namespaced(token.clone(), ks);
     denial(
         cms.patch(
-            "connectivity-proxy-operator-config",
+            OPERATOR_CONFIG,
             &patch,
-            &Patch::Apply(json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "connectivity-proxy-operator-config"},
-                "data": {"privilegedUsers": "mallory"},
-            })),
+            &Patch::Apply(operator_config(json!({"privilegedUsers": "mallory"}))),
         )
         .await,
         "make itself privileged through the ConfigMap",

@@ -2,7 +2,7 @@
 
 use cp_api::defaults;
 use cp_tests::fixtures::{
-    config_map, default_cr, dynamic_crs, dynamic_mappings, service_mapping_json,
+    default_cr, dynamic_crs, dynamic_mappings, operator_config, service_mapping_json,
 };
 use cp_tests::shared::{
     AUTHENTICATED, MAPPINGS_LOCK, alice_client, control_plane, operator_client, webhook,
@@ -733,11 +733,8 @@ async fn privileged_identities_are_read_live_from_the_configmap() {
     let set = |users: &'static str| {
         let admin = admin.clone();
         async move {
-            let cm = config_map(
-                "connectivity-proxy-operator-config",
-                json!({"privilegedUsers": users, "privilegedGroups": ""}),
-            );
-            cp_tests::manifest::apply_json(&admin, cm, Some("kyma-system"))
+            let cm = operator_config(json!({"privilegedUsers": users, "privilegedGroups": ""}));
+            cp_tests::manifest::apply_json(&admin, cm, None)
                 .await
                 .expect("config");
         }
@@ -794,11 +791,8 @@ async fn broad_groups_in_the_configmap_do_not_make_everyone_privileged() {
     let set = |groups: &'static str| {
         let admin = admin.clone();
         async move {
-            let cm = config_map(
-                "connectivity-proxy-operator-config",
-                json!({"privilegedUsers": "", "privilegedGroups": groups}),
-            );
-            cp_tests::manifest::apply_json(&admin, cm, Some("kyma-system"))
+            let cm = operator_config(json!({"privilegedUsers": "", "privilegedGroups": groups}));
+            cp_tests::manifest::apply_json(&admin, cm, None)
                 .await
                 .expect("config");
         }
