@@ -2,10 +2,8 @@
 //! exactly the permissions of `manifests/rbac/controller.yaml`.
 
 use std::process::Command;
-use std::time::Duration;
 
 use crate::cluster::{ControlPlane, Identity, ensure_namespace};
-use crate::webhook::http_get;
 
 /// The controller's ServiceAccount user name.
 pub const CONTROLLER_USER: &str = "system:serviceaccount:kyma-system:connectivity-proxy-controller";
@@ -79,20 +77,7 @@ impl ControllerProcess {
             name: name.into(),
             metrics_addr: format!("127.0.0.1:{port}"),
         };
-        let addr = me.metrics_addr.clone();
-        crate::wait::until(
-            &format!("{name} {path}"),
-            Duration::from_secs(30),
-            || async {
-                match http_get(&addr, path).await {
-                    Ok((200, _)) => Ok(Some(())),
-                    Ok((code, body)) => Err(format!("{code} {body}")),
-                    Err(e) => Err(e.to_string()),
-                }
-            },
-        )
-        .await
-        .map_err(|e| e.context(format!("{name} log:\n{}", cp.log_tail(name, 20))))?;
+        crate::webhook::wait_answers_200(cp, name, &me.metrics_addr, path).await?;
         Ok(me)
     }
 

@@ -151,20 +151,7 @@ impl Webhook {
             cert_file,
             key_file,
         };
-        let addr = wh.metrics_addr.clone();
-        crate::wait::until(
-            &format!("{name} /readyz"),
-            Duration::from_secs(30),
-            || async {
-                match http_get(&addr, "/readyz").await {
-                    Ok((200, _)) => Ok(Some(())),
-                    Ok((code, body)) => Err(format!("{code} {body}")),
-                    Err(e) => Err(e.to_string()),
-                }
-            },
-        )
-        .await
-        .map_err(|e| e.context(format!("{name} log:\n{}", cp.log_tail(name, 20))))?;
+        wait_answers_200(cp, name, &wh.metrics_addr, "/readyz").await?;
         Ok(wh)
     }
 
@@ -297,4 +284,23 @@ pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     Ok((code, body))
+}
+
+/// Waits (30 s) until process `name` of `cp` answers `path` on `addr` with 200; fails with its log.
+pub(crate) async fn wait_answers_200(
+    cp: &crate::ControlPlane,
+    name: &str,
+    addr: &str,
+    path: &str,
+) -> anyhow::Result<()> {
+    let what = format!("{name} {path}");
+    crate::wait::until(&what, Duration::from_secs(30), || async {
+        match http_get(addr, path).await {
+            Ok((200, _)) => Ok(Some(())),
+            Ok((code, body)) => Err(format!("{code} {body}")),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await
+    .map_err(|e| e.context(format!("{name} log:\n{}", cp.log_tail(name, 20))))
 }
