@@ -39,12 +39,10 @@ pub async fn play_btp_operator(
         async move { api.get_opt(&binding).await.map_err(|e| e.to_string()) }
     })
     .await?;
-    let now = time::OffsetDateTime::now_utc();
-    let ca = cp_certs::Ca::generate(
+    let ca = crate::test_ca(
         "Connectivity service CA",
-        now,
-        now + time::Duration::days(1),
-        cp_certs::KeyAlgorithm::default(),
+        time::OffsetDateTime::now_utc(),
+        1,
     )?;
     // Dropping the handle detaches the task: it serves until the runtime ends.
     let (url, _server) = crate::serve_static(ca.cert_pem).await?;

@@ -89,24 +89,59 @@ pub fn ca_endpoint_tls() -> anyhow::Result<&'static CaEndpointTls> {
     if let Some(t) = TLS.get() {
         return Ok(t);
     }
-    let now = time::OffsetDateTime::now_utc();
-    let root = cp_certs::Ca::generate(
+    let (root, leaf) = stand_in_tls(
         "stand-in Connectivity CA endpoint root",
-        now - time::Duration::minutes(5),
-        now + time::Duration::days(2),
-        cp_certs::KeyAlgorithm::default(),
-    )?;
-    let leaf = root.issue(&cp_certs::LeafSpec::server(
         "localhost",
         &["localhost", node::CA_ENDPOINT_HOST],
         &[],
-        now - time::Duration::minutes(5),
-        time::Duration::days(2),
-    ))?;
+        2,
+    )?;
     Ok(TLS.get_or_init(|| CaEndpointTls {
         root_pem: root.cert_pem,
         leaf,
     }))
+}
+
+/// A CA named `name` (the default key algorithm) valid from `not_before` for `days` days.
+pub fn test_ca(
+    name: &str,
+    not_before: time::OffsetDateTime,
+    days: i64,
+) -> anyhow::Result<cp_certs::Ca> {
+    let not_after = not_before + time::Duration::days(days);
+    Ok(cp_certs::Ca::generate(
+        name,
+        not_before,
+        not_after,
+        cp_certs::KeyAlgorithm::default(),
+    )?)
+}
+
+/// The TLS identity of a stand-in the tests serve: a CA `ca_name` and a server certificate `leaf_name`
+/// it issued for `dns` and `ips`, from five minutes ago: the CA until `days` days from now, the
+/// certificate for `days` days.
+pub fn stand_in_tls(
+    ca_name: &str,
+    leaf_name: &str,
+    dns: &[&str],
+    ips: &[std::net::IpAddr],
+    days: i64,
+) -> anyhow::Result<(cp_certs::Ca, cp_certs::Leaf)> {
+    let now = time::OffsetDateTime::now_utc();
+    let (not_before, not_after) = (
+        now - time::Duration::minutes(5),
+        now + time::Duration::days(days),
+    );
+    let ca = cp_certs::Ca::generate(
+        ca_name,
+        not_before,
+        not_after,
+        cp_certs::KeyAlgorithm::default(),
+    )?;
+    let spec =
+        cp_certs::LeafSpec::server(leaf_name, dns, ips, not_before, time::Duration::days(days));
+    let leaf = ca.issue(&spec)?;
+    Ok((ca, leaf))
 }
 
 /// Writes the stand-in CA endpoint's root to `dir` and returns the controller argument that trusts it.

@@ -180,20 +180,13 @@ impl Neighbours {
         let listener = netns.bind_tcp(SocketAddr::new(node_ip, 0))?;
         let port = listener.local_addr()?.port();
         listener.set_nonblocking(true)?;
-        let now = time::OffsetDateTime::now_utc();
-        let ca = cp_certs::Ca::generate(
+        let (ca, leaf) = crate::stand_in_tls(
             "stand-in neighbour webhooks CA",
-            now - time::Duration::minutes(5),
-            now + time::Duration::days(1),
-            cp_certs::KeyAlgorithm::default(),
-        )?;
-        let leaf = ca.issue(&cp_certs::LeafSpec::server(
             "stand-in neighbour webhooks",
             &[],
             &[node_ip],
-            now - time::Duration::minutes(5),
-            time::Duration::days(1),
-        ))?;
+            1,
+        )?;
         let acceptor = crate::tls_acceptor(&leaf)?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let calls = Arc::new(AtomicUsize::new(0));

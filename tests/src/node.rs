@@ -904,12 +904,7 @@ fn start_background(
     ca_listener: std::net::TcpListener,
 ) -> anyhow::Result<()> {
     let now = time::OffsetDateTime::now_utc();
-    let connectivity_ca = cp_certs::Ca::generate(
-        "stand-in Connectivity service CA",
-        now,
-        now + time::Duration::days(2),
-        cp_certs::KeyAlgorithm::default(),
-    )?;
+    let connectivity_ca = crate::test_ca("stand-in Connectivity service CA", now, 2)?;
     let acceptor = crate::ca_endpoint_acceptor()?;
     ca_listener.set_nonblocking(true)?;
     std::thread::Builder::new()

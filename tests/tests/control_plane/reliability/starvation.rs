@@ -326,6 +326,19 @@ async fn flood(src: Ipv4Addr, addr: SocketAddr, seen: Arc<Seen>) {
     }
 }
 
+/// Waits (20 s) until `counter` reaches `want`.
+async fn reaches(counter: &AtomicUsize, want: usize, what: &str) -> anyhow::Result<()> {
+    cp_tests::wait::until(what, Duration::from_secs(20), || async {
+        let n = counter.load(Ordering::Acquire);
+        if n >= want {
+            Ok(Some(()))
+        } else {
+            Err(format!("{n} of {want}"))
+        }
+    })
+    .await
+}
+
 #[tokio::test]
 async fn slow_and_idle_clients_from_other_addresses_do_not_starve_admission() {
     let (_turn, cp, admin) = take_turn(&TURN).await;
@@ -400,33 +413,18 @@ async fn slow_and_idle_clients_from_other_addresses_do_not_starve_admission() {
     }
     let slow_bodies = usize::from(SOURCES) * SLOW_BODIES;
     let what = "every slow-body client holds a request";
-    cp_tests::wait::until(what, Duration::from_secs(20), || async {
-        let n = seen.slow_body_attackers_in.load(Ordering::Acquire);
-        if n >= slow_bodies {
-            Ok(Some(()))
-        } else {
-            Err(format!("{n} of {slow_bodies}"))
-        }
-    })
-    .await
-    .expect("the slow clients are in");
+    reaches(&seen.slow_body_attackers_in, slow_bodies, what)
+        .await
+        .expect("the slow clients are in");
     for i in 0..SOURCES {
         for _ in 0..FLOOD {
             attackers.push(tokio::spawn(flood(source(i), addr, seen.clone())));
         }
     }
-    let floods = usize::from(SOURCES) * FLOOD;
     let what = "every flood connection tried";
-    cp_tests::wait::until(what, Duration::from_secs(20), || async {
-        let n = seen.flood_attempts.load(Ordering::Acquire);
-        if n >= floods {
-            Ok(Some(()))
-        } else {
-            Err(format!("{n} of {floods}"))
-        }
-    })
-    .await
-    .expect("the flood is on");
+    reaches(&seen.flood_attempts, usize::from(SOURCES) * FLOOD, what)
+        .await
+        .expect("the flood is on");
 
     // CR writes through the API server, back to back, while the attack goes on.
     let started = Instant::now();
