@@ -203,6 +203,35 @@ pub fn tls_acceptor(leaf: &cp_certs::Leaf) -> anyhow::Result<tokio_rustls::TlsAc
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
+/// Runs `serve` on `listener` (made a tokio one) on a thread of its own with a runtime of its own, for
+/// stand-ins that serve longer than a test's runtime lives; returns once the thread is spawned.
+pub fn serve_on_thread<F, Fut>(
+    name: &str,
+    listener: std::net::TcpListener,
+    serve: F,
+) -> std::io::Result<()>
+where
+    F: FnOnce(tokio::net::TcpListener) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                if let Ok(listener) = tokio::net::TcpListener::from_std(listener) {
+                    serve(listener).await;
+                }
+            });
+        })?;
+    Ok(())
+}
+
 /// Serves `body` over TLS with status 200 to every request on `listener`, until the returned task is
 /// dropped with its runtime.
 pub fn serve_static_on(

@@ -191,36 +191,27 @@ impl Neighbours {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let calls = Arc::new(AtomicUsize::new(0));
         let (counted, istiod) = (calls.clone(), istiod.to_string());
-        std::thread::Builder::new()
-            .name("stand-in-neighbours".into())
-            .spawn(move || {
-                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                else {
-                    return;
-                };
-                rt.block_on(async move {
-                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                        return;
-                    };
-                    let serve = async {
-                        while let Ok((s, _)) = listener.accept().await {
-                            let (acceptor, istiod, calls) =
-                                (acceptor.clone(), istiod.clone(), counted.clone());
-                            tokio::spawn(async move {
-                                if serve_one(s, acceptor, &istiod).await.is_ok() {
-                                    calls.fetch_add(1, Ordering::Relaxed);
-                                }
-                            });
-                        }
-                    };
-                    tokio::select! {
-                        _ = serve => {}
-                        _ = stopped => {}
+        crate::serve_on_thread(
+            "stand-in-neighbours",
+            listener,
+            move |listener| async move {
+                let serve = async {
+                    while let Ok((s, _)) = listener.accept().await {
+                        let (acceptor, istiod, calls) =
+                            (acceptor.clone(), istiod.clone(), counted.clone());
+                        tokio::spawn(async move {
+                            if serve_one(s, acceptor, &istiod).await.is_ok() {
+                                calls.fetch_add(1, Ordering::Relaxed);
+                            }
+                        });
                     }
-                });
-            })?;
+                };
+                tokio::select! {
+                    _ = serve => {}
+                    _ = stopped => {}
+                }
+            },
+        )?;
         Ok(Neighbours {
             base_url: format!("https://{node_ip}:{port}"),
             ca_pem: ca.cert_pem,

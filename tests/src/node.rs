@@ -907,30 +907,20 @@ fn start_background(
     let connectivity_ca = crate::test_ca("stand-in Connectivity service CA", now, 2)?;
     let acceptor = crate::ca_endpoint_acceptor()?;
     ca_listener.set_nonblocking(true)?;
-    std::thread::Builder::new()
-        .name("cp-node-stand-ins".into())
-        .spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
+    crate::serve_on_thread(
+        "cp-node-stand-ins",
+        ca_listener,
+        move |listener| async move {
+            let _ca = crate::serve_static_on(listener, acceptor, connectivity_ca.cert_pem);
+            let Ok(admin) = crate::cluster::client_from_kubeconfig(&admin_kubeconfig).await else {
                 return;
             };
-            rt.block_on(async move {
-                let Ok(listener) = tokio::net::TcpListener::from_std(ca_listener) else {
-                    return;
-                };
-                let _ca = crate::serve_static_on(listener, acceptor, connectivity_ca.cert_pem);
-                let Ok(admin) = crate::cluster::client_from_kubeconfig(&admin_kubeconfig).await
-                else {
-                    return;
-                };
-                crate::fakes::run_btp_operator(admin, Duration::from_secs(1), |_ns, _binding| {
-                    standin_service_key()
-                })
-                .await;
-            });
-        })?;
+            crate::fakes::run_btp_operator(admin, Duration::from_secs(1), |_ns, _binding| {
+                standin_service_key()
+            })
+            .await;
+        },
+    )?;
     Ok(())
 }
 
