@@ -265,27 +265,16 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         None => None,
     };
     let mut facts = Facts {
-        now: OffsetDateTime::now_utc(),
-        other_primary,
         legacy_statefulset,
         migration,
-        apis,
         cluster_domain: cluster_domain(ctx),
         mappings: ctx.mappings.state(),
         binding,
         key_secret,
-        service_key: Ok(crate::btp::Outcome::default()),
         auditlog_secret,
-        tunnel_ca: None,
-        tunnel_tls: None,
-        tunnel_rotation: None,
-        connectivity_ca: ConnectivityCa::NotNeeded,
-        owned: BTreeMap::new(),
-        adopted: Default::default(),
-        unproven: vec![],
-        pod_problem: None,
         statefulset,
         outside: ctx.outside_crs(),
+        ..Facts::not_installed(other_primary, apis)
     };
     owned(cr, ctx, &mut facts).await?;
     facts.resolve_service_key(cr);

@@ -329,9 +329,7 @@ impl Writer {
         K: kube::Resource + Clone + DeserializeOwned + Debug,
         P: Serialize + Debug,
     {
-        let r = api.patch(name, &patch_params(patch), patch).await;
-        self.done(resource_of(api), verb_of(patch).label(false), name, why, &r);
-        r
+        self.patch(api, name, patch, why, false).await
     }
 
     /// [`Writer::write`] of the status subresource.
@@ -346,8 +344,34 @@ impl Writer {
         K: kube::Resource + Clone + DeserializeOwned + Debug,
         P: Serialize + Debug,
     {
-        let r = api.patch_status(name, &patch_params(patch), patch).await;
-        self.done(resource_of(api), verb_of(patch).label(true), name, why, &r);
+        self.patch(api, name, patch, why, true).await
+    }
+
+    async fn patch<K, P>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        patch: &Patch<P>,
+        why: &str,
+        status: bool,
+    ) -> Result<K, kube::Error>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + Debug,
+        P: Serialize + Debug,
+    {
+        let pp = patch_params(patch);
+        let r = if status {
+            api.patch_status(name, &pp, patch).await
+        } else {
+            api.patch(name, &pp, patch).await
+        };
+        self.done(
+            resource_of(api),
+            verb_of(patch).label(status),
+            name,
+            why,
+            &r,
+        );
         r
     }
 

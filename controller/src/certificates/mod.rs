@@ -186,17 +186,19 @@ impl WebhookCertSettings {
     }
 }
 
-/// Applies a Secret body if it differs from the live one (the applied-hash annotation makes a
-/// removed key count as a difference); returns whether it wrote.
-async fn ensure_secret(applier: &Applier, body: Value) -> Result<bool, Error> {
+/// Applies the webhook Secret `name` with `content` if it differs from the live one (the
+/// applied-hash annotation makes a removed key count as a difference); returns whether it wrote.
+async fn ensure_secret(
+    applier: &Applier,
+    s: &WebhookCertSettings,
+    name: &str,
+    content: Secret,
+) -> Result<bool, Error> {
     let desired = crate::desired::Desired {
         kind: crate::desired::Kind::Secret,
-        namespace: body["metadata"]["namespace"].as_str().map(String::from),
-        name: body["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        body,
+        namespace: Some(s.namespace.clone()),
+        name: name.to_string(),
+        body: secret_body(&s.namespace, name, s.owner.as_ref(), content),
     };
     applier
         .apply(&desired, true, "the webhook certificates")
@@ -366,23 +368,17 @@ pub async fn reconcile_webhook_certs(
     // Order matters: trust first (CA Secret, then the bundle in the configurations), serve second.
     ensure_secret(
         applier,
-        secret_body(
-            &s.namespace,
-            names::WEBHOOK_CA_SECRET,
-            s.owner.as_ref(),
-            ca_secret_content(&plan),
-        ),
+        s,
+        names::WEBHOOK_CA_SECRET,
+        ca_secret_content(&plan),
     )
     .await?;
     ensure_ca_bundle(applier.writer(), &plan.bundle).await?;
     ensure_secret(
         applier,
-        secret_body(
-            &s.namespace,
-            names::WEBHOOK_CERT_SECRET,
-            s.owner.as_ref(),
-            leaf_secret_content(&plan),
-        ),
+        s,
+        names::WEBHOOK_CERT_SECRET,
+        leaf_secret_content(&plan),
     )
     .await?;
     if plan.ca_rotated {
