@@ -23,23 +23,29 @@ mod starvation;
 
 static TURN: Mutex<()> = Mutex::const_new(());
 
-/// A cluster-admin client of `cp`, with our CRDs installed and [`EDITOR_RBAC`] applied.
-/// A test's turn ([`take_turn`]) with our CRDs, the editors' RBAC, and webhook `name` started and
-/// registered.
-async fn registered_webhook(
-    name: &str,
-) -> (
+/// A test's turn, its control plane, a cluster-admin client and its webhook.
+type WebhookTurn = (
     tokio::sync::MutexGuard<'static, ()>,
     std::sync::Arc<cp_tests::ControlPlane>,
     kube::Client,
     Webhook,
-) {
+);
+
+/// A test's turn ([`take_turn`]) with our CRDs, the editors' RBAC, and webhook `name` started (ready
+/// once its caches have listed our kinds).
+async fn started_webhook(name: &str) -> WebhookTurn {
     let (turn, cp, admin) = take_turn(&TURN).await;
     install_our_crds(&admin).await;
     manifest::apply_yaml(&admin, EDITOR_RBAC, None)
         .await
         .expect("RBAC");
     let wh = Webhook::start(&cp, name, &[]).await.expect("webhook");
+    (turn, cp, admin, wh)
+}
+
+/// [`started_webhook`], registered in the API server.
+async fn registered_webhook(name: &str) -> WebhookTurn {
+    let (turn, cp, admin, wh) = started_webhook(name).await;
     wh.register(&admin).await.expect("register");
     (turn, cp, admin, wh)
 }
@@ -85,12 +91,7 @@ async fn webhook_down_fails_closed_for_connectivity_proxies_only() {
 /// its allocator's regions cost 6 MiB more at idle. The kernel reports the flag per process.
 #[tokio::test]
 async fn the_webhook_process_runs_without_transparent_huge_pages() {
-    let (_turn, cp, admin) = take_turn(&TURN).await;
-    // Ready only once its caches have listed our kinds.
-    install_our_crds(&admin).await;
-    let _wh = Webhook::start(&cp, "webhook-thp", &[])
-        .await
-        .expect("webhook");
+    let (_turn, cp, _, _wh) = started_webhook("webhook-thp").await;
     let pid = cp.pid("webhook-thp").expect("the webhook's pid");
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     let thp = status
@@ -565,11 +566,7 @@ async fn lease_expiry_is_judged_by_the_candidates_clock_not_the_holders_renew_ti
 /// the certificate it serves has expired; it is ready again as soon as it serves a good one.
 #[tokio::test]
 async fn a_webhook_that_cannot_serve_the_current_certificate_is_not_ready() {
-    let (_turn, cp, admin) = take_turn(&TURN).await;
-    install_our_crds(&admin).await;
-    let wh = Webhook::start(&cp, "webhook-cert-health", &[])
-        .await
-        .expect("webhook");
+    let (_turn, cp, _, wh) = started_webhook("webhook-cert-health").await;
     let ca = wh.ca.clone().expect("the harness's CA");
     let addr = wh.metrics_addr.clone();
     // Waits `secs` seconds for /readyz to answer `want`; fails with the webhook's log.
