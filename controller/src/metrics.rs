@@ -6,10 +6,7 @@ use std::sync::Mutex;
 
 use cp_api::{ConnectivityProxy, State};
 use kube::ResourceExt;
-use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
-};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 
 /// Histograms (their series carry suffixes).
 const HISTOGRAMS: [&str; 1] = ["cp_controller_reconcile_duration_seconds"];
@@ -17,8 +14,7 @@ const HISTOGRAMS: [&str; 1] = ["cp_controller_reconcile_duration_seconds"];
 /// Every metric the controller exports.
 #[derive(Debug)]
 pub struct Metrics {
-    registry: Registry,
-    names: Vec<String>,
+    exposition: cp_api::exposition::Exposition,
     /// `cp_controller_reconcile_total{result}`: result is `success` or an error label.
     pub reconciles: IntCounterVec,
     /// `cp_controller_reconcile_duration_seconds{result}`.
@@ -142,8 +138,11 @@ impl ModuleInfo {
 impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Result<Self, prometheus::Error> {
-        let registry = Registry::new();
-        let mut names = Vec::new();
+        let (mut exposition, build_info) = cp_api::exposition::Exposition::new(
+            &HISTOGRAMS,
+            "controller",
+            cp_certs::crypto::fips_label(),
+        )?;
         let reconciles = IntCounterVec::new(
             Opts::new("cp_controller_reconcile_total", "Reconciles by result."),
             &["result"],
@@ -212,10 +211,6 @@ impl Metrics {
             "cp_controller_leader",
             "1 while this replica holds the leader lease.",
         )?;
-        let build_info = IntGaugeVec::new(
-            Opts::new("cp_build_info", "Build information."),
-            &["component", "version", "fips"],
-        )?;
         let module_info = IntGaugeVec::new(
             Opts::new(
                 "cp_module_info",
@@ -232,7 +227,7 @@ impl Metrics {
                 "fips",
             ],
         )?;
-        for c in [
+        exposition.register(vec![
             Box::new(reconciles.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(reconcile_duration.clone()),
             Box::new(state.clone()),
@@ -244,19 +239,8 @@ impl Metrics {
             Box::new(cert_rotations.clone()),
             Box::new(cert_failures.clone()),
             Box::new(leader.clone()),
-            Box::new(build_info.clone()),
             Box::new(module_info.clone()),
-        ] {
-            names.extend(c.desc().iter().map(|d| d.fq_name.clone()));
-            registry.register(c)?;
-        }
-        build_info
-            .with_label_values(&[
-                "controller",
-                env!("CARGO_PKG_VERSION"),
-                cp_certs::crypto::fips_label(),
-            ])
-            .set(1);
+        ])?;
         // Every certificate's counters exist from the start at 0: a dashboard or an alert over
         // `increase(...)` sees "no failures" rather than no series (a real Prometheus showed the panel
         // empty until the first failure).
@@ -267,8 +251,7 @@ impl Metrics {
             cert_failures.with_label_values(&[c]).inc_by(0);
         }
         Ok(Self {
-            registry,
-            names,
+            exposition,
             reconciles,
             reconcile_duration,
             state,
@@ -338,30 +321,14 @@ impl Metrics {
         }
     }
 
-    /// Every series name this process can export (histograms with their `_bucket`, `_sum` and
-    /// `_count` series), whether or not it has samples yet: dashboards and alerts are checked against it.
+    /// Every series name this process can export ([`cp_api::exposition::Exposition::metric_names`]).
     pub fn metric_names(&self) -> Vec<String> {
-        let mut out = self.names.clone();
-        for h in HISTOGRAMS {
-            for suffix in ["_bucket", "_sum", "_count"] {
-                out.push(format!("{h}{suffix}"));
-            }
-        }
-        out.sort();
-        out.dedup();
-        out
+        self.exposition.metric_names()
     }
 
     /// The text exposition format.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        if TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .is_err()
-        {
-            return String::new();
-        }
-        String::from_utf8(buf).unwrap_or_default()
+        self.exposition.render()
     }
 }
 

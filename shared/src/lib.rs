@@ -12,6 +12,8 @@ pub mod config_defaults;
 pub mod cp;
 pub mod crds;
 pub mod defaults;
+#[cfg(feature = "metrics")]
+pub mod exposition;
 pub mod images;
 pub mod keys;
 pub mod kinds;

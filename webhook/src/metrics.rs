@@ -3,8 +3,7 @@
 use std::sync::OnceLock;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
 };
 
 use crate::admission::{Decision, Endpoint, Operation};
@@ -15,8 +14,7 @@ const HISTOGRAMS: [&str; 1] = ["cp_webhook_admission_duration_seconds"];
 /// Every metric the webhook exports.
 #[derive(Debug)]
 pub struct Metrics {
-    registry: Registry,
-    names: Vec<String>,
+    exposition: cp_api::exposition::Exposition,
     /// `cp_webhook_admission_requests_total{endpoint,operation,decision}`.
     pub requests: IntCounterVec,
     /// `cp_webhook_admission_duration_seconds{endpoint}`.
@@ -66,8 +64,11 @@ fn endpoint_index(e: Endpoint) -> usize {
 impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Result<Self, prometheus::Error> {
-        let registry = Registry::new();
-        let mut names = Vec::new();
+        let (mut exposition, build_info) = cp_api::exposition::Exposition::new(
+            &HISTOGRAMS,
+            "webhook",
+            cp_certs::crypto::fips_label(),
+        )?;
         let requests = IntCounterVec::new(
             Opts::new(
                 "cp_webhook_admission_requests_total",
@@ -107,10 +108,6 @@ impl Metrics {
         let privileged_refused = IntGauge::new(
             "cp_webhook_privileged_identities_refused",
             "Identities in the privileged ConfigMap refused as too broad (e.g. system:authenticated).",
-        )?;
-        let build_info = IntGaugeVec::new(
-            Opts::new("cp_build_info", "Build information."),
-            &["component", "version", "fips"],
         )?;
         let connections_refused = IntCounterVec::new(
             Opts::new(
@@ -160,7 +157,7 @@ impl Metrics {
         for r in ["source_busy", "busy", "body_timeout", "timeout"] {
             requests_shed.with_label_values(&[r]);
         }
-        for c in [
+        exposition.register(vec![
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(connections_refused.clone()),
             Box::new(connections_closed.clone()),
@@ -172,21 +169,9 @@ impl Metrics {
             Box::new(cert_reload_failures.clone()),
             Box::new(cert_expiry.clone()),
             Box::new(privileged_refused.clone()),
-            Box::new(build_info.clone()),
-        ] {
-            names.extend(c.desc().iter().map(|d| d.fq_name.clone()));
-            registry.register(c)?;
-        }
-        build_info
-            .with_label_values(&[
-                "webhook",
-                env!("CARGO_PKG_VERSION"),
-                cp_certs::crypto::fips_label(),
-            ])
-            .set(1);
+        ])?;
         Ok(Self {
-            registry,
-            names,
+            exposition,
             requests,
             duration,
             cert_reloads,
@@ -273,29 +258,13 @@ impl Metrics {
         }
     }
 
-    /// Every series name this process can export (histograms with their `_bucket`, `_sum` and
-    /// `_count` series), whether or not it has samples yet: dashboards and alerts are checked against it.
+    /// Every series name this process can export ([`cp_api::exposition::Exposition::metric_names`]).
     pub fn metric_names(&self) -> Vec<String> {
-        let mut out = self.names.clone();
-        for h in HISTOGRAMS {
-            for suffix in ["_bucket", "_sum", "_count"] {
-                out.push(format!("{h}{suffix}"));
-            }
-        }
-        out.sort();
-        out.dedup();
-        out
+        self.exposition.metric_names()
     }
 
     /// The text exposition format.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        if TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .is_err()
-        {
-            return String::new();
-        }
-        String::from_utf8(buf).unwrap_or_default()
+        self.exposition.render()
     }
 }
