@@ -97,6 +97,13 @@ fn dashboard_form_offers_only_user_fields_that_exist_in_the_crd() {
     }
 }
 
+/// ClusterRole `name` among `docs`; panics without one.
+fn cluster_role<'a>(docs: &'a [Value], name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("ClusterRole {name} missing"))
+}
+
 fn all_manifest_docs() -> Vec<Value> {
     let mut docs = yaml_docs(&format!("manifests/{}", cp_api::bundle::BUNDLE));
     docs.extend(yaml_docs("manifests/monitoring/alerts.yaml"));
@@ -244,13 +251,7 @@ fn cluster_wide_grants_write_no_core_kind_and_read_no_secret() {
         "connectivity-proxy-operator-istio"
     );
     assert!(!cluster_bound.contains("connectivity-proxy-operator-istio"));
-    let role = docs
-        .iter()
-        .find(|d| {
-            d["kind"] == "ClusterRole"
-                && d["metadata"]["name"] == "connectivity-proxy-operator-istio"
-        })
-        .expect("the Istio namespace's ClusterRole");
+    let role = cluster_role(&docs, "connectivity-proxy-operator-istio");
     for rule in role["rules"].as_array().into_iter().flatten() {
         for r in rule["resources"].as_array().into_iter().flatten() {
             assert!(
@@ -265,13 +266,7 @@ fn cluster_wide_grants_write_no_core_kind_and_read_no_secret() {
 #[test]
 fn the_controller_writes_exactly_the_modules_network_policies_and_only_by_name() {
     let docs = all_manifest_docs();
-    let role = docs
-        .iter()
-        .find(|d| {
-            d["kind"] == "ClusterRole"
-                && d["metadata"]["name"] == "connectivity-proxy-operator-namespaced"
-        })
-        .expect("the namespaced ClusterRole");
+    let role = cluster_role(&docs, "connectivity-proxy-operator-namespaced");
     let rules: Vec<&Value> = role["rules"]
         .as_array()
         .into_iter()
@@ -308,12 +303,7 @@ fn the_controller_writes_exactly_the_modules_network_policies_and_only_by_name()
 #[test]
 fn editors_and_viewers_reach_the_operators_kinds_through_the_aggregated_roles() {
     let docs = all_manifest_docs();
-    let role = |name: &str| {
-        docs.iter()
-            .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == name)
-            .unwrap_or_else(|| panic!("ClusterRole {name} missing"))
-            .clone()
-    };
+    let role = |name: &str| cluster_role(&docs, name).clone();
     let grants = |r: &Value, resource: &str, verb: &str| {
         r["rules"].as_array().into_iter().flatten().any(|rule| {
             rule["apiGroups"]

@@ -210,16 +210,9 @@ async fn a_user_secret_without_a_usable_service_key_is_not_ready() {
         cp_api::keys::USABLE_BY_PROXY_LABEL,
     ];
     wait_key_warning(admin, &not_usable).await;
-    let description = || async {
-        Api::<ConnectivityProxy>::namespaced(admin.clone(), NS)
-            .get("connectivity-proxy")
-            .await
-            .expect("cr")
-            .status
-            .and_then(|s| s.description)
-            .unwrap_or_default()
-    };
-    let absent = description().await;
+    let crs = Api::<ConnectivityProxy>::namespaced(admin.clone(), NS);
+    let cr_description = || async { description(&crs.get(CR).await.expect("cr")) };
+    let absent = cr_description().await;
     // The Secret exists but its owner has not let the proxy use it: the status says exactly what it
     // said while it was absent (a CR editor learns neither its existence nor its keys), and the proxy
     // does not mount it.
@@ -229,19 +222,19 @@ async fn a_user_secret_without_a_usable_service_key_is_not_ready() {
         .await
         .expect("create");
     // Another Kyma module's Secret is never usable, opted in or not.
-    let label = |labels: Value| {
-        let secrets = secrets.clone();
+    // A merge patch of the user's Secret; panics with `what` if it is refused.
+    let edit_key = |patch: Value, what: &'static str| {
+        let secrets = &secrets;
         async move {
-            secrets
-                .patch(
-                    "users-key",
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({"metadata": {"labels": labels}})),
-                )
-                .await
-                .expect("label users-key");
+            let patch = Patch::Merge(&patch);
+            let edited = secrets
+                .patch("users-key", &PatchParams::default(), &patch)
+                .await;
+            edited.expect(what);
         }
     };
+    let label =
+        |labels: Value| edit_key(json!({"metadata": {"labels": labels}}), "label users-key");
     let reconciles = || {
         env.controller
             .metric("cp_controller_reconcile_total{result=\"success\"}")
@@ -251,23 +244,20 @@ async fn a_user_secret_without_a_usable_service_key_is_not_ready() {
         .await;
     // Two reconciles after the label's write (the Secret's watch wakes one, the resync another) have
     // seen it.
-    cp_tests::wait::until(
-        "two reconciles after the label",
-        Duration::from_secs(20),
-        || async {
-            let now = reconciles().await;
-            if now >= before + 2.0 {
-                Ok(Some(()))
-            } else {
-                Err(format!("{now} reconciles"))
-            }
-        },
-    )
+    let what = "two reconciles after the label";
+    cp_tests::wait::until(what, Duration::from_secs(20), || async {
+        let now = reconciles().await;
+        if now >= before + 2.0 {
+            Ok(Some(()))
+        } else {
+            Err(format!("{now} reconciles"))
+        }
+    })
     .await
     .expect("reconciled");
     let sts_api: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(admin.clone(), NS);
     assert_eq!(
-        description().await,
+        cr_description().await,
         absent,
         "the same words for a Secret that exists"
     );
@@ -280,41 +270,20 @@ async fn a_user_secret_without_a_usable_service_key_is_not_ready() {
     label(json!({"kyma-project.io/module": null})).await;
     wait_key_warning(admin, &["kyma-system/users-key", "service_key", "no key"]).await;
     // A service_key that is not a service key's JSON.
-    secrets
-        .patch(
-            "users-key",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"stringData": {"service_key": "clientid=x"}})),
-        )
-        .await
-        .expect("bad key");
+    edit_key(
+        json!({"stringData": {"service_key": "clientid=x"}}),
+        "bad key",
+    )
+    .await;
     wait_key_warning(admin, &["kyma-system/users-key", "service_key", "JSON"]).await;
-    let cr = Api::<ConnectivityProxy>::namespaced(admin.clone(), NS)
-        .get("connectivity-proxy")
-        .await
-        .expect("cr");
     assert!(
-        !cr.status
-            .unwrap_or_default()
-            .description
-            .unwrap_or_default()
-            .contains("clientid=x"),
+        !cr_description().await.contains("clientid=x"),
         "the key's content is never quoted"
     );
     // Fixed: Ready again.
-    secrets
-        .patch(
-            "users-key",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"stringData": {"service_key": good_key}})),
-        )
-        .await
-        .expect("good key");
-    play_until_ready(admin, NS, "connectivity-proxy").await;
-    let cr = Api::<ConnectivityProxy>::namespaced(admin.clone(), NS)
-        .get("connectivity-proxy")
-        .await
-        .expect("cr");
+    edit_key(json!({"stringData": {"service_key": good_key}}), "good key").await;
+    play_until_ready(admin, NS, CR).await;
+    let cr = crs.get(CR).await.expect("cr");
     assert_eq!(cr.status.and_then(|s| s.state), Some(State::Ready));
     let _ = secrets.delete("users-key", &DeleteParams::default()).await;
 }
