@@ -97,6 +97,15 @@ fn dashboard_form_offers_only_user_fields_that_exist_in_the_crd() {
     }
 }
 
+/// The strings of a JSON array (none for anything else).
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 /// ClusterRole `name` among `docs`; panics without one.
 fn cluster_role<'a>(docs: &'a [Value], name: &str) -> &'a Value {
     docs.iter()
@@ -275,23 +284,15 @@ fn the_controller_writes_exactly_the_modules_network_policies_and_only_by_name()
         .collect();
     assert_eq!(rules.len(), 2, "{rules:?}");
     for r in rules {
-        let verbs: Vec<&str> = r["verbs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let verbs = strings(&r["verbs"]);
         if verbs
             .iter()
             .any(|v| ["create", "patch", "update", "delete"].contains(v))
         {
-            let names: Vec<&str> = r["resourceNames"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            assert_eq!(names, cp_api::names::NETWORK_POLICIES);
+            assert_eq!(
+                strings(&r["resourceNames"]),
+                cp_api::names::NETWORK_POLICIES
+            );
         } else {
             assert_eq!(verbs, ["get", "list", "watch"]);
         }
