@@ -71,6 +71,24 @@ fn run(endpoint: Endpoint, body: &[u8], facts: ClusterView) -> (Response, Decisi
     review(endpoint, &req, &policy(), &|| facts.clone())
 }
 
+/// The ServiceMapping endpoint's decision on `body` in a cluster of `facts`.
+fn mapping_decision(body: &[u8], facts: ClusterView) -> Decision {
+    run(Endpoint::ValidateServiceMapping, body, facts).1
+}
+
+/// [`mapping_decision`] with no other ServiceMappings.
+fn mapping_decision_alone(body: &[u8]) -> Decision {
+    mapping_decision(body, ClusterView::default())
+}
+
+/// A cluster with `n` ServiceMappings ([`mapping_index`]) and no shared tenant.
+fn with_mappings(n: usize) -> ClusterView {
+    ClusterView {
+        service_mappings: mapping_index(n),
+        shared_tenant: false,
+    }
+}
+
 /// The validating endpoint's answer to `body`, with no ServiceMappings and no shared tenant.
 fn validate(body: &[u8]) -> (Response, Decision) {
     run(Endpoint::Validate, body, ClusterView::default())
@@ -256,28 +274,16 @@ fn a_mapping_beyond_the_configmap_budget_is_refused_saying_why() {
         mapping("m-0001", "service-x001.on-premise.example.com"),
         Some(mapping("m-0001", "service-0001.on-premise.example.com")),
     );
-    assert_eq!(
-        run(Endpoint::ValidateServiceMapping, &body, facts).1,
-        Decision::Allowed
-    );
+    assert_eq!(mapping_decision(&body, facts), Decision::Allowed);
     // With room left: admitted.
-    let facts = ClusterView {
-        service_mappings: mapping_index(100),
-        shared_tenant: false,
-    };
+    let facts = with_mappings(100);
     let body = mapping_review("CREATE", "alice", mapping("new", "one-more"), None);
-    assert_eq!(
-        run(Endpoint::ValidateServiceMapping, &body, facts).1,
-        Decision::Allowed
-    );
+    assert_eq!(mapping_decision(&body, facts), Decision::Allowed);
 }
 
 #[test]
 fn switching_channels_off_with_10000_mappings_is_refused_in_a_short_message() {
-    let facts = ClusterView {
-        service_mappings: mapping_index(10_000),
-        shared_tenant: false,
-    };
+    let facts = with_mappings(10_000);
     let mut cr = defaulted_cr();
     let old = cr.clone();
     cr["spec"]["config"]["serviceChannels"] = json!({"enabled": false});
@@ -323,10 +329,7 @@ fn duplicate_mapping_is_refused() {
         Decision::Allowed
     );
     let body = mapping_review("CREATE", "alice", mapping("c", "other"), None);
-    assert_eq!(
-        run(Endpoint::ValidateServiceMapping, &body, facts).1,
-        Decision::Allowed
-    );
+    assert_eq!(mapping_decision(&body, facts), Decision::Allowed);
 }
 
 #[test]
@@ -484,25 +487,9 @@ fn a_mapping_stored_under_older_rules_can_still_be_labelled() {
     let mut labelled = stored.clone();
     labelled["metadata"]["labels"] = json!({"kyma-project.io/module": "connectivity-proxy"});
     let body = mapping_review("UPDATE", "op", labelled.clone(), Some(stored.clone()));
-    assert_eq!(
-        run(
-            Endpoint::ValidateServiceMapping,
-            &body,
-            ClusterView::default()
-        )
-        .1,
-        Decision::Allowed
-    );
+    assert_eq!(mapping_decision_alone(&body), Decision::Allowed);
     let body = mapping_review("CREATE", "op", labelled, None);
-    assert_eq!(
-        run(
-            Endpoint::ValidateServiceMapping,
-            &body,
-            ClusterView::default()
-        )
-        .1,
-        Decision::Denied
-    );
+    assert_eq!(mapping_decision_alone(&body), Decision::Denied);
 }
 
 #[test]
@@ -513,27 +500,11 @@ fn a_mapping_being_deleted_is_validated_when_its_spec_changes() {
     let mut released = stored.clone();
     released["metadata"]["finalizers"] = json!([]);
     let body = mapping_review("UPDATE", "op", released, Some(stored.clone()));
-    assert_eq!(
-        run(
-            Endpoint::ValidateServiceMapping,
-            &body,
-            ClusterView::default()
-        )
-        .1,
-        Decision::Allowed
-    );
+    assert_eq!(mapping_decision_alone(&body), Decision::Allowed);
     let mut rewritten = stored.clone();
     rewritten["spec"]["internalAddress"] = json!("no-port");
     let body = mapping_review("UPDATE", "op", rewritten, Some(stored));
-    assert_eq!(
-        run(
-            Endpoint::ValidateServiceMapping,
-            &body,
-            ClusterView::default()
-        )
-        .1,
-        Decision::Denied
-    );
+    assert_eq!(mapping_decision_alone(&body), Decision::Denied);
 }
 
 #[test]
