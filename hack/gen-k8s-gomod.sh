@@ -8,7 +8,14 @@ version=${1:?usage: gen-k8s-gomod.sh v1.N.P [dir]}
 root=$(cd "$(dirname "$0")/.." && pwd)
 here=${2:-$root/tests/k8s-bins/kube}
 mkdir -p "$here"
-[ -f "$here/tools.go" ] || cp "$root/tests/k8s-bins/kube/tools.go" "$here/tools.go"
+# One tools.go (tests/k8s-bins/kube) keeps the commands' packages in every go.mod: a skew lane borrows
+# it for `go mod tidy` and keeps only go.mod and go.sum (what `go build -mod=mod` reads).
+borrowed=""
+if [ ! -f "$here/tools.go" ]; then
+  cp "$root/tests/k8s-bins/kube/tools.go" "$here/tools.go"
+  borrowed="$here/tools.go"
+fi
+trap '[ -z "$borrowed" ] || rm -f "$borrowed"' EXIT
 staging=v0.${version#v1.}
 gomod=$(GOTOOLCHAIN=local go mod download -json "k8s.io/kubernetes@${version}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
 {
