@@ -241,14 +241,21 @@ async fn reconcile_one(
     let result = match &want {
         Some(_) => {
             writer
-                .write_status(api, &name, &Patch::Apply(&body), "publishing the endpoint")
+                .write_part(
+                    api,
+                    crate::writer::Part::Status,
+                    &name,
+                    &Patch::Apply(&body),
+                    "publishing the endpoint",
+                )
                 .await
         }
         // Whoever wrote it (an earlier publication, the legacy operator): a merge patch removes it.
         None => {
             writer
-                .write_status(
+                .write_part(
                     api,
+                    crate::writer::Part::Status,
                     &name,
                     &Patch::Merge(&body),
                     "not published: the endpoint is removed",

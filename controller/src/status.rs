@@ -172,8 +172,9 @@ pub async fn write(ctx: &Ctx, cr: &ConnectivityProxy, computed: &Computed) -> Re
         crate::writer::Partial::of::<ConnectivityProxy>(&name, Default::default(), Some(status));
     ctx.applier
         .writer()
-        .write_status(
+        .write_part(
             &api,
+            crate::writer::Part::Status,
             &name,
             &Patch::Apply(&body),
             &format!(

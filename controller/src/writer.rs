@@ -113,6 +113,15 @@ impl Prune {
     }
 }
 
+/// The part of an object a patch writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The object (everything but its status).
+    Object,
+    /// The status subresource.
+    Status,
+}
+
 /// How a write goes out (the `verb` label of the writes metric).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verb {
@@ -329,37 +338,24 @@ impl Writer {
         K: kube::Resource + Clone + DeserializeOwned + Debug,
         P: Serialize + Debug,
     {
-        self.patch(api, name, patch, why, false).await
+        self.write_part(api, Part::Object, name, patch, why).await
     }
 
-    /// [`Writer::write`] of the status subresource.
-    pub async fn write_status<K, P>(
+    /// [`Writer::write`] of the object or its status subresource.
+    pub async fn write_part<K, P>(
         &self,
         api: &Api<K>,
+        part: Part,
         name: &str,
         patch: &Patch<P>,
         why: &str,
-    ) -> Result<K, kube::Error>
-    where
-        K: kube::Resource + Clone + DeserializeOwned + Debug,
-        P: Serialize + Debug,
-    {
-        self.patch(api, name, patch, why, true).await
-    }
-
-    async fn patch<K, P>(
-        &self,
-        api: &Api<K>,
-        name: &str,
-        patch: &Patch<P>,
-        why: &str,
-        status: bool,
     ) -> Result<K, kube::Error>
     where
         K: kube::Resource + Clone + DeserializeOwned + Debug,
         P: Serialize + Debug,
     {
         let pp = patch_params(patch);
+        let status = part == Part::Status;
         let r = if status {
             api.patch_status(name, &pp, patch).await
         } else {
