@@ -27,6 +27,16 @@ pub fn parse_documents(yaml: &str) -> anyhow::Result<Vec<DynamicObject>> {
     Ok(out)
 }
 
+/// Every non-empty YAML document of the file `path`, as JSON; panics naming the file (for tests).
+pub fn yaml_values(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    parse_documents(&text)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .into_iter()
+        .map(|o| serde_json::to_value(o).expect("json"))
+        .collect()
+}
+
 /// Applies every document of `yaml`; namespaced objects without a namespace go to `default_ns`.
 /// Returns the applied objects.
 pub async fn apply_yaml(

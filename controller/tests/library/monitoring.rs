@@ -12,12 +12,7 @@ fn root() -> PathBuf {
 }
 
 fn yaml_docs(path: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
-    cp_tests::manifest::parse_documents(&text)
-        .unwrap_or_else(|e| panic!("{path}: {e}"))
-        .into_iter()
-        .map(|o| serde_json::to_value(o).expect("json"))
-        .collect()
+    cp_tests::manifest::yaml_values(&root().join(path))
 }
 
 fn exported() -> BTreeSet<String> {

@@ -28,13 +28,12 @@ fn reference(rel: &str) -> PathBuf {
 }
 
 fn yaml_file(path: &std::path::Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e} (set CP_REFERENCE_DIR)", path.display()));
-    cp_tests::manifest::parse_documents(&text)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .into_iter()
-        .map(|o| serde_json::to_value(o).expect("json"))
-        .collect()
+    assert!(
+        path.exists(),
+        "{}: absent (set CP_REFERENCE_DIR)",
+        path.display()
+    );
+    cp_tests::manifest::yaml_values(path)
 }
 
 fn schema_of(crd: &Value, version: &str) -> Value {
