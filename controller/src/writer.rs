@@ -113,6 +113,14 @@ impl Prune {
     }
 }
 
+/// What the writer writes: any API object.
+pub trait Object: kube::Resource + Clone + DeserializeOwned + Debug {}
+impl<K: kube::Resource + Clone + DeserializeOwned + Debug> Object for K {}
+
+/// What a patch carries.
+pub trait Body: Serialize + Debug {}
+impl<P: Serialize + Debug> Body for P {}
+
 /// The part of an object a patch writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Part {
@@ -327,33 +335,25 @@ impl Writer {
     }
 
     /// Patches `name` (server-side apply forced, or a merge or JSON patch), under the one field manager.
-    pub async fn write<K, P>(
+    pub async fn write<K: Object, P: Body>(
         &self,
         api: &Api<K>,
         name: &str,
         patch: &Patch<P>,
         why: &str,
-    ) -> Result<K, kube::Error>
-    where
-        K: kube::Resource + Clone + DeserializeOwned + Debug,
-        P: Serialize + Debug,
-    {
+    ) -> Result<K, kube::Error> {
         self.write_part(api, Part::Object, name, patch, why).await
     }
 
     /// [`Writer::write`] of the object or its status subresource.
-    pub async fn write_part<K, P>(
+    pub async fn write_part<K: Object, P: Body>(
         &self,
         api: &Api<K>,
         part: Part,
         name: &str,
         patch: &Patch<P>,
         why: &str,
-    ) -> Result<K, kube::Error>
-    where
-        K: kube::Resource + Clone + DeserializeOwned + Debug,
-        P: Serialize + Debug,
-    {
+    ) -> Result<K, kube::Error> {
         let pp = patch_params(patch);
         let status = part == Part::Status;
         let r = if status {
@@ -372,16 +372,13 @@ impl Writer {
     }
 
     /// Creates `obj` under the one field manager.
-    pub async fn insert<K>(
+    pub async fn insert<K: Object + Serialize>(
         &self,
         api: &Api<K>,
         name: &str,
         obj: &K,
         why: &str,
-    ) -> Result<K, kube::Error>
-    where
-        K: kube::Resource + Clone + DeserializeOwned + Serialize + Debug,
-    {
+    ) -> Result<K, kube::Error> {
         let pp = PostParams {
             field_manager: Some(names::FIELD_MANAGER.into()),
             ..PostParams::default()
@@ -393,16 +390,13 @@ impl Writer {
 
     /// Deletes `name` in the background if it is still the object read (its UID and
     /// resourceVersion): `Ok(false)` when it is gone already; a 409 when it changed since.
-    pub async fn remove<K>(
+    pub async fn remove<K: Object>(
         &self,
         api: &Api<K>,
         name: &str,
         (uid, resource_version): &(Option<String>, Option<String>),
         why: &str,
-    ) -> Result<bool, kube::Error>
-    where
-        K: kube::Resource + Clone + DeserializeOwned + Debug,
-    {
+    ) -> Result<bool, kube::Error> {
         let dp = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: uid.clone(),
