@@ -19,24 +19,10 @@ minor=${kube_version#v1.}; minor=${minor%%.*}
 kube_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${kube_version} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/component-base/version.gitTreeState=clean"
 
 module_dir() { if [ "$1" = kube ]; then echo "$kube_dir"; else echo "$root/tests/k8s-bins/$1"; fi; }
+# shellcheck source=hack/go-build.sh
+. "$root/hack/go-build.sh"
 build() { # dir package output [ldflags]
-  local out="$cache/bin/$3"
-  if [ -x "$out" ]; then return 0; fi
-  echo ">> building $3 ($kube_version / etcd $etcd_version) into $cache/bin; the first build takes several minutes" >&2
-  local start=$SECONDS
-  # A line every 30 s, so a long first build never looks hung.
-  ( while sleep 30; do echo ">> still building $3: $((SECONDS - start)) s so far" >&2; done ) &
-  local ticker=$!
-  local rc=0
-  (cd "$(module_dir "$1")" && go build -trimpath -ldflags="${4:--s -w}" -o "$out.tmp" "$2") || rc=$?
-  kill "$ticker" 2>/dev/null || true
-  wait "$ticker" 2>/dev/null || true
-  if [ "$rc" != 0 ]; then
-    echo "error: building $3 from tests/k8s-bins/$1 failed (go build exit $rc); the output above says why" >&2
-    exit "$rc"
-  fi
-  mv "$out.tmp" "$out"
-  echo ">> built $3 in $((SECONDS - start))s" >&2
+  go_build "$cache/bin/$3" "$3 ($kube_version / etcd $etcd_version)" "$(module_dir "$1")" -ldflags="${4:--s -w}" "$2"
 }
 build etcd go.etcd.io/etcd/server/v3 etcd
 build kube k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$kube_ldflags"

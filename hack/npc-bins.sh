@@ -22,18 +22,7 @@ fi
 cache=${CP_NPC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cp-operator/kube-router-${version}-$(go env GOVERSION)}
 mkdir -p "$cache/bin"
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
-out="$cache/bin/kube-router"
-if [ ! -x "$out" ]; then
-  echo ">> building kube-router $version into $cache/bin; the first build takes a few minutes" >&2
-  start=$SECONDS
-  ( while sleep 30; do echo ">> still building kube-router: $((SECONDS - start)) s so far" >&2; done ) &
-  ticker=$!
-  rc=0
-  (cd "$mod" && go build -trimpath -ldflags="-s -w" -o "$out.tmp" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router) || rc=$?
-  kill "$ticker" 2>/dev/null || true
-  wait "$ticker" 2>/dev/null || true
-  [ "$rc" = 0 ] || { echo "error: building kube-router failed (go build exit $rc); the output above says why" >&2; exit "$rc"; }
-  mv "$out.tmp" "$out"
-  echo ">> built kube-router in $((SECONDS - start))s" >&2
-fi
+# shellcheck source=hack/go-build.sh
+. "$root/hack/go-build.sh"
+go_build "$cache/bin/kube-router" "kube-router $version" "$mod" -ldflags="-s -w" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
 echo "$cache/bin"

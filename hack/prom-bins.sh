@@ -12,20 +12,10 @@ command -v go >/dev/null || { echo "error: Go is not on PATH: install Go and add
 cache=${CP_PROM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cp-operator/prometheus-${version}-$(go env GOVERSION)}
 mkdir -p "$cache/bin"
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
+# shellcheck source=hack/go-build.sh
+. "$root/hack/go-build.sh"
 for cmd in promtool prometheus; do
-  out="$cache/bin/$cmd"
-  [ -x "$out" ] && continue
-  echo ">> building $cmd (Prometheus $version) into $cache/bin; the first build takes a few minutes" >&2
-  start=$SECONDS
-  ( while sleep 30; do echo ">> still building $cmd: $((SECONDS - start)) s so far" >&2; done ) &
-  ticker=$!
-  rc=0
-  (cd "$mod" && go build -trimpath -tags remove_all_sd -ldflags="-s -w -X github.com/prometheus/common/version.Version=${version#v0.}" \
-    -o "$out.tmp" "github.com/prometheus/prometheus/cmd/$cmd") || rc=$?
-  kill "$ticker" 2>/dev/null || true
-  wait "$ticker" 2>/dev/null || true
-  [ "$rc" = 0 ] || { echo "error: building $cmd failed (go build exit $rc); the output above says why" >&2; exit "$rc"; }
-  mv "$out.tmp" "$out"
-  echo ">> built $cmd in $((SECONDS - start))s" >&2
+  go_build "$cache/bin/$cmd" "$cmd (Prometheus $version)" "$mod" -tags remove_all_sd \
+    -ldflags="-s -w -X github.com/prometheus/common/version.Version=${version#v0.}" "github.com/prometheus/prometheus/cmd/$cmd"
 done
 echo "$cache/bin"
