@@ -79,7 +79,7 @@ pub async fn webhook() -> &'static Webhook {
                 .await
                 .expect("webhook starts");
             wh.register(&client).await.expect("register");
-            crate::wait::admission_active(&client)
+            crate::webhook::admission_active(&client)
                 .await
                 .expect("admission through the webhook");
             wh

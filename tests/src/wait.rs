@@ -28,39 +28,6 @@ where
     }
 }
 
-/// Waits until a dry-run create of the default CR ([`crate::fixtures::default_cr`]) through `api`
-/// comes back defaulted by the webhook, i.e. the API server calls the webhook and trusts its
-/// certificate; fails after 30 s with `what`.
-pub async fn admitted(
-    api: &kube::api::Api<kube::api::DynamicObject>,
-    what: &str,
-) -> anyhow::Result<()> {
-    use kube::api::{DynamicObject, PostParams};
-    let obj: DynamicObject = serde_json::from_value(crate::fixtures::default_cr("probe"))?;
-    let pp = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    until(what, Duration::from_secs(30), || async {
-        let created = api.create(&pp, &obj).await.map_err(|e| e.to_string())?;
-        Ok(created.data["spec"].get("deployment").map(|_| ()))
-    })
-    .await
-}
-
-/// Waits until the API server calls the webhook for ConnectivityProxies ([`admitted`], probed as
-/// `client` in namespace `webhook-probe`).
-pub async fn admission_active(client: &kube::Client) -> anyhow::Result<()> {
-    let ns = "webhook-probe";
-    crate::cluster::ensure_namespace(client, ns).await?;
-    let api = kube::api::Api::namespaced_with(
-        client.clone(),
-        ns,
-        &kube::api::ApiResource::erase::<cp_api::ConnectivityProxy>(&()),
-    );
-    admitted(&api, "the API server to call the webhook").await
-}
-
 /// Polls object `name` of `api` until `check` on it returns `Some` (`Err(why)`: not yet, and why),
 /// or fails after `timeout` with `what` and the last observation (or the last failed read).
 pub async fn until_object<K, T, C>(

@@ -304,3 +304,36 @@ pub(crate) async fn wait_answers_200(
     .await
     .map_err(|e| e.context(format!("{name} log:\n{}", cp.log_tail(name, 20))))
 }
+
+/// Waits until a dry-run create of the default CR ([`crate::fixtures::default_cr`]) through `api`
+/// comes back defaulted by the webhook, i.e. the API server calls the webhook and trusts its
+/// certificate; fails after 30 s with `what`.
+pub async fn admitted(
+    api: &kube::api::Api<kube::api::DynamicObject>,
+    what: &str,
+) -> anyhow::Result<()> {
+    use kube::api::{DynamicObject, PostParams};
+    let obj: DynamicObject = serde_json::from_value(crate::fixtures::default_cr("probe"))?;
+    let pp = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    crate::wait::until(what, std::time::Duration::from_secs(30), || async {
+        let created = api.create(&pp, &obj).await.map_err(|e| e.to_string())?;
+        Ok(created.data["spec"].get("deployment").map(|_| ()))
+    })
+    .await
+}
+
+/// Waits until the API server calls the webhook for ConnectivityProxies ([`admitted`], probed as
+/// `client` in namespace `webhook-probe`).
+pub async fn admission_active(client: &kube::Client) -> anyhow::Result<()> {
+    let ns = "webhook-probe";
+    crate::cluster::ensure_namespace(client, ns).await?;
+    let api = kube::api::Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::api::ApiResource::erase::<cp_api::ConnectivityProxy>(&()),
+    );
+    admitted(&api, "the API server to call the webhook").await
+}

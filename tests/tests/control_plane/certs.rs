@@ -85,7 +85,7 @@ async fn webhook_certificate_and_ca_rotate_without_a_failed_admission_request() 
     let alice = alice_client(&[]).await;
     let api = dynamic_crs(&alice, &ns);
     let probe = default_cr_object("probe");
-    cp_tests::wait::admitted(&api, "admission through the controller-issued certificate")
+    cp_tests::webhook::admitted(&api, "admission through the controller-issued certificate")
         .await
         .expect("admission through the webhook");
 
@@ -415,7 +415,7 @@ async fn a_hand_added_previous_ca_never_reaches_the_ca_bundle() {
     // And admission still works through the controller's own certificate.
     let ns = cp.namespace("trust-bundle").await.expect("ns");
     let api = dynamic_crs(&admin, &ns);
-    cp_tests::wait::admitted(&api, "admission after the hand-added CA")
+    cp_tests::webhook::admitted(&api, "admission after the hand-added CA")
         .await
         .expect("admission");
 }

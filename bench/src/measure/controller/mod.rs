@@ -25,8 +25,8 @@ use cp_tests::ControlPlane;
 use cp_tests::cluster::Options;
 use cp_tests::controller::ControllerProcess;
 use cp_tests::fixtures::default_connectivity_proxy;
-use cp_tests::wait::admission_active;
 use cp_tests::webhook::Webhook;
+use cp_tests::webhook::admission_active;
 use kube::api::{Api, PostParams};
 use serde::Serialize;
 

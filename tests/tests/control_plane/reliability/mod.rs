@@ -57,7 +57,7 @@ async fn webhook_down_fails_closed_for_connectivity_proxies_only() {
     let alice = alice_client(&[]).await;
     let api = dynamic_crs(&alice, &ns);
     let cr = default_cr_object("down");
-    cp_tests::wait::admitted(&api, "admission through the webhook")
+    cp_tests::webhook::admitted(&api, "admission through the webhook")
         .await
         .expect("admission through the webhook");
 
