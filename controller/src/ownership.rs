@@ -430,23 +430,19 @@ mod tests {
     fn only_objects_older_than_the_key_are_adopted_and_only_while_the_window_is_open() {
         let key_created = Time(k8s_openapi::jiff::Timestamp::from_second(1000).unwrap());
         let p = Proof::new(&[1u8; 32], Some(key_created));
-        assert_eq!(
-            p.standing(Kind::Secret, &meta("old", true, 999)),
-            Standing::Adopted
-        );
         // Timestamps have whole seconds: the key's own second counts as before it.
-        assert_eq!(
-            p.standing(Kind::Secret, &meta("same", true, 1000)),
-            Standing::Adopted
-        );
-        assert_eq!(
-            p.standing(Kind::Secret, &meta("new", true, 1001)),
-            Standing::Unproven
-        );
-        assert_eq!(
-            p.standing(Kind::Secret, &meta("old", false, 999)),
-            Standing::Foreign
-        );
+        for (name, labelled, created, want) in [
+            ("old", true, 999, Standing::Adopted),
+            ("same", true, 1000, Standing::Adopted),
+            ("new", true, 1001, Standing::Unproven),
+            ("old", false, 999, Standing::Foreign),
+        ] {
+            assert_eq!(
+                p.standing(Kind::Secret, &meta(name, labelled, created)),
+                want,
+                "{name}"
+            );
+        }
         *p.adopt_before.lock().unwrap() = None;
         assert_eq!(
             p.standing(Kind::Secret, &meta("old", true, 999)),

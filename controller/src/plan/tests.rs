@@ -106,6 +106,11 @@ fn mk_mapping(i: usize) -> Arc<ServiceMapping> {
     )
 }
 
+/// The key of object `name` of `kind` in kyma-system.
+fn in_kyma_system(kind: Kind, name: &str) -> Key {
+    (kind, Some("kyma-system".into()), name.to_string())
+}
+
 /// Facts of a cluster where everything is in place and the proxy is ready.
 struct TestFacts(Facts);
 
@@ -292,17 +297,9 @@ fn a_steady_state_writes_nothing_and_is_ready_until_the_renewal() {
 fn drift_is_written_back_and_stale_objects_are_pruned() {
     let cr = mk_default_cr();
     let mut facts = TestFacts::ready().applied(&cr);
-    let cm = (
-        Kind::ConfigMap,
-        Some("kyma-system".into()),
-        names::CONFIGMAP_INFO.to_string(),
-    );
+    let cm = in_kyma_system(Kind::ConfigMap, names::CONFIGMAP_INFO);
     facts.0.owned.get_mut(&cm).expect("info ConfigMap").data["data"] = json!({"edited": "by hand"});
-    let stale = (
-        Kind::Service,
-        Some("kyma-system".into()),
-        "old-service".to_string(),
-    );
+    let stale = in_kyma_system(Kind::Service, "old-service");
     let mut old = facts.0.owned[&cm].clone();
     old.metadata.name = Some("old-service".into());
     facts.0.owned.insert(stale.clone(), old);
@@ -323,19 +320,11 @@ fn drift_is_written_back_and_stale_objects_are_pruned() {
 fn an_adopted_object_is_written_once_more_and_an_unproven_one_is_never_touched() {
     let cr = mk_default_cr();
     let mut facts = TestFacts::ready().applied(&cr);
-    let info = (
-        Kind::ConfigMap,
-        Some("kyma-system".into()),
-        names::CONFIGMAP_INFO.to_string(),
-    );
+    let info = in_kyma_system(Kind::ConfigMap, names::CONFIGMAP_INFO);
     // An earlier release's object, unchanged: written again to carry the proof.
     facts.0.adopted.insert(info.clone());
     // A user's object wearing the operator's labels under a name the operator does not render.
-    let foreign = (
-        Kind::ConfigMap,
-        Some("kyma-system".into()),
-        "user-config".to_string(),
-    );
+    let foreign = in_kyma_system(Kind::ConfigMap, "user-config");
     facts.0.unproven.push(foreign.clone());
     let i = install(run(&cr, &facts));
     assert_eq!(i.writes.len(), 1);
@@ -433,11 +422,7 @@ fn an_audit_log_secret_is_projected_only_with_its_owners_consent() {
 fn a_new_statefulset_spec_is_rolling_out_not_ready() {
     let cr = mk_default_cr();
     let mut facts = TestFacts::ready().applied(&cr);
-    let key = (
-        Kind::StatefulSet,
-        Some("kyma-system".into()),
-        names::STATEFULSET.to_string(),
-    );
+    let key = in_kyma_system(Kind::StatefulSet, names::STATEFULSET);
     facts.0.owned.get_mut(&key).expect("sts").data["spec"]["replicas"] = json!(7);
     let i = install(run(&cr, &facts));
     assert_eq!(i.writes.len(), 1);
@@ -726,11 +711,7 @@ fn too_many_mappings_keep_the_last_configmap_that_fitted() {
         "the mappings ConfigMap is not written"
     );
     let applied = facts.applied(&cr);
-    let cm = (
-        Kind::ConfigMap,
-        Some("kyma-system".into()),
-        names::CONFIGMAP_SERVICE_MAPPINGS.to_string(),
-    );
+    let cm = in_kyma_system(Kind::ConfigMap, names::CONFIGMAP_SERVICE_MAPPINGS);
     assert!(
         !install(run(&cr, &applied))
             .prune
