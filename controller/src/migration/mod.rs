@@ -331,6 +331,12 @@ async fn patch_cr(
     Ok(())
 }
 
+/// Marks the CR's takeover `done`.
+async fn mark_done(writer: &Writer, cr: &ConnectivityProxy, what: &str) -> Result<(), Error> {
+    let done = annotations(&[(MIGRATION_ANNOTATION, Some(DONE))]);
+    patch_cr(writer, cr, &done, what).await
+}
+
 /// The CR's takeover annotations as a merge patch (`None` removes one).
 fn annotations(pairs: &[(&str, Option<&str>)]) -> MergePatch {
     pairs
@@ -378,10 +384,9 @@ pub async fn execute(
         }
         Step::CloseNoEvidence { id } => {
             tracing::warn!(takeover = %id, "takeover annotation without any legacy installation: nothing taken over");
-            patch_cr(
+            mark_done(
                 writer,
                 cr,
-                &annotations(&[(MIGRATION_ANNOTATION, Some(DONE))]),
                 "closing a takeover without a legacy installation",
             )
             .await?;
@@ -416,13 +421,7 @@ pub async fn execute(
             for object in &objects {
                 tear_down(applier, object).await?;
             }
-            patch_cr(
-                writer,
-                cr,
-                &annotations(&[(MIGRATION_ANNOTATION, Some(DONE))]),
-                "finishing the takeover",
-            )
-            .await?;
+            mark_done(writer, cr, "finishing the takeover").await?;
             tracing::info!(takeover = %id, "legacy takeover done");
             if left_alone.is_empty() {
                 Ok(Outcome::Progressed(Reason::LegacyMigrationDone))
