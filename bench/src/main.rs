@@ -44,52 +44,46 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Measures section `name` unless CP_BENCH_ONLY names another one; `what` names it in errors.
-async fn selected<T>(
-    only: &str,
-    name: &str,
-    what: &'static str,
-    measure: impl Future<Output = anyhow::Result<T>>,
-) -> anyhow::Result<Option<T>> {
-    if only.is_empty() || only == name {
-        Ok(Some(measure.await.context(what)?))
-    } else {
-        Ok(None)
+/// The sections `CP_BENCH_ONLY` selects (all when it is empty).
+struct Only(String);
+
+impl Only {
+    /// Runs `measure` when section `name` is selected; a failure names `what` was measured.
+    async fn run<T>(
+        &self,
+        name: &str,
+        what: &'static str,
+        measure: impl Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<Option<T>> {
+        if self.0.is_empty() || self.0 == name {
+            Ok(Some(measure.await.context(what)?))
+        } else {
+            Ok(None)
+        }
     }
 }
 
 async fn run(quick: bool, out: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
-    let only = std::env::var("CP_BENCH_ONLY").unwrap_or_default();
-    let webhook = selected(
-        &only,
-        "webhook",
-        "webhook benchmarks",
-        measure::webhook::run(quick),
-    )
-    .await?;
+    let only = Only(std::env::var("CP_BENCH_ONLY").unwrap_or_default());
+    let webhook = measure::webhook::run(quick);
+    let webhook = only.run("webhook", "webhook benchmarks", webhook).await?;
     let criterion = measure::criterion::section();
-    let controller = selected(
-        &only,
-        "controller",
-        "controller benchmarks",
-        measure::controller::run(quick),
-    )
-    .await?;
-    let apiserver = selected(
-        &only,
-        "apiserver",
-        "admission through the API server",
-        measure::apiserver::run(quick),
-    )
-    .await?;
-    let node = selected(
-        &only,
-        "node",
-        "memory and start-up on the real node",
-        measure::node::run(quick),
-    )
-    .await?;
-    let fleet = selected(&only, "fleet", "fleet view", measure::fleet::section(quick)).await?;
+    let controller = measure::controller::run(quick);
+    let controller = only
+        .run("controller", "controller benchmarks", controller)
+        .await?;
+    let apiserver = measure::apiserver::run(quick);
+    let apiserver = only
+        .run("apiserver", "admission through the API server", apiserver)
+        .await?;
+    let node = measure::node::run(quick);
+    let node = only
+        .run("node", "memory and start-up on the real node", node)
+        .await?;
+    let fleet = only
+        .run("fleet", "fleet view", measure::fleet::section(quick))
+        .await?;
     let mut md = report::head(quick, started.elapsed());
     md.push_str(&measure::machine::machine());
     md.push_str(&measure::machine::images());
