@@ -462,7 +462,7 @@ pub fn validate_mapping(spec: &ServiceMappingSpec, shared_tenant: bool) -> Vec<F
         ));
     }
     if let Err(e) = parse_host_port(&spec.internal_address) {
-        errors.push(err("spec.internalAddress", e));
+        errors.push(err("spec.internalAddress", e.to_string()));
     }
     errors
 }
@@ -516,11 +516,35 @@ pub fn unknown_fields(
     out
 }
 
+/// Why an address is not `host:port`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    /// No `:port`.
+    #[error("{0:?} is not host:port")]
+    NoPort(String),
+    /// The host is empty, too long or has characters a host name cannot have.
+    #[error("{address:?}: {host:?} is not a valid host")]
+    Host {
+        /// The address.
+        address: String,
+        /// Its host part.
+        host: String,
+    },
+    /// The port is not a number from 1 to 65535.
+    #[error("{address:?}: port {port:?} is not a number from 1 to 65535")]
+    Port {
+        /// The address.
+        address: String,
+        /// Its port part.
+        port: String,
+    },
+}
+
 /// Parses `host:port` (IPv6 in brackets), port 1..=65535.
-pub fn parse_host_port(s: &str) -> Result<(&str, u16), String> {
+pub fn parse_host_port(s: &str) -> Result<(&str, u16), AddressError> {
     let (host, port) = s
         .rsplit_once(':')
-        .ok_or_else(|| format!("{s:?} is not host:port"))?;
+        .ok_or_else(|| AddressError::NoPort(s.into()))?;
     let host_ok = if let Some(h) = host.strip_prefix('[') {
         h.strip_suffix(']')
             .is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok())
@@ -532,12 +556,16 @@ pub fn parse_host_port(s: &str) -> Result<(&str, u16), String> {
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_')
     };
     if !host_ok {
-        return Err(format!("{s:?}: {host:?} is not a valid host"));
+        return Err(AddressError::Host {
+            address: s.into(),
+            host: host.into(),
+        });
     }
     match port.parse::<u16>() {
         Ok(p) if p > 0 => Ok((host, p)),
-        _ => Err(format!(
-            "{s:?}: port {port:?} is not a number from 1 to 65535"
-        )),
+        _ => Err(AddressError::Port {
+            address: s.into(),
+            port: port.into(),
+        }),
     }
 }

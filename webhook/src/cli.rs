@@ -160,17 +160,28 @@ fn namespaced<'a>(value: &'a str, flag: &str) -> anyhow::Result<(&'a str, &'a st
 }
 
 /// A duration like `2s`, `500ms` or `1m` (a bare number: seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = num
         .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 2s or 500ms"))?;
+        .map_err(|_| DurationError::NotADuration(s.into()))?;
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
         "s" | "" => Ok(Duration::from_secs(n)),
         "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("{s:?}: unit must be ms, s or m")),
+        _ => Err(DurationError::Unit(s.into())),
     }
+}
+
+/// Why a flag's value is not a duration.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// No leading number.
+    #[error("{0:?} is not a duration like 2s or 500ms")]
+    NotADuration(String),
+    /// A unit other than ms, s or m.
+    #[error("{0:?}: unit must be ms, s or m")]
+    Unit(String),
 }
 
 #[cfg(test)]

@@ -27,9 +27,14 @@ pub const ALLOCATOR: Allocator = mimalloc::MiMalloc;
 /// kernel checks the flag at each page fault: pages touched before the call keep what they got (with
 /// the `no_thp` build, nothing asked for huge pages by then; only a node with THP `always` gives a few).
 /// Failing (a kernel without the call) costs memory, nothing else.
-pub fn no_huge_pages() -> Result<(), String> {
-    nix::sys::prctl::set_thp_disable(true).map_err(|e| format!("PR_SET_THP_DISABLE: {e}"))
+pub fn no_huge_pages() -> Result<(), HugePagesStayOn> {
+    nix::sys::prctl::set_thp_disable(true).map_err(HugePagesStayOn)
 }
+
+/// The kernel refused `PR_SET_THP_DISABLE`.
+#[derive(Debug, thiserror::Error)]
+#[error("PR_SET_THP_DISABLE: {0}")]
+pub struct HugePagesStayOn(#[source] pub nix::Error);
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,7 @@
 //! skipped while parsing, never built. The common defaulting patch is encoded once per process.
 
 use std::borrow::Cow;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use cp_api::policy::{PrivilegedIdentities, changed_paths};
 use cp_api::validation::{ClusterFacts, FieldError, Stored, join, validate_mapping};
@@ -369,7 +369,7 @@ pub fn review(
             Some(p) => p
                 .base64()
                 .map(|b64| (Some(b64), None, Decision::Patched))
-                .map_err(|e| (500, "InternalError", e)),
+                .map_err(|e| (500, "InternalError", e.to_string())),
             None => Ok((None, None, Decision::Allowed)),
         }),
         Endpoint::Validate => validate_cp(req, policy, facts).map(|ignored| {
@@ -498,10 +498,10 @@ fn whole_defaults_patch(op: &str) -> Result<String, serde_json::Error> {
 }
 
 /// The two whole-defaults patches, encoded once per process (they depend only on the release).
-static ADD_DEFAULTS: LazyLock<Result<String, String>> =
-    LazyLock::new(|| whole_defaults_patch("add").map_err(|e| e.to_string()));
-static REPLACE_DEFAULTS: LazyLock<Result<String, String>> =
-    LazyLock::new(|| whole_defaults_patch("replace").map_err(|e| e.to_string()));
+static ADD_DEFAULTS: LazyLock<Result<String, Arc<serde_json::Error>>> =
+    LazyLock::new(|| whole_defaults_patch("add").map_err(Arc::new));
+static REPLACE_DEFAULTS: LazyLock<Result<String, Arc<serde_json::Error>>> =
+    LazyLock::new(|| whole_defaults_patch("replace").map_err(Arc::new));
 
 impl Defaulting {
     /// The JSON patch.
@@ -525,7 +525,7 @@ impl Defaulting {
     }
 
     /// The JSON patch base64-encoded for the answer; the whole-defaults patches are shared.
-    pub fn base64(&self) -> Result<Cow<'static, str>, String> {
+    pub fn base64(&self) -> Result<Cow<'static, str>, Arc<serde_json::Error>> {
         use base64::Engine;
         match self {
             Defaulting::Add => ADD_DEFAULTS
@@ -538,7 +538,7 @@ impl Defaulting {
                 .map_err(Clone::clone),
             Defaulting::Fill(p) => serde_json::to_vec(p)
                 .map(|b| Cow::Owned(base64::engine::general_purpose::STANDARD.encode(b)))
-                .map_err(|e| e.to_string()),
+                .map_err(Arc::new),
         }
     }
 }
