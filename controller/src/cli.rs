@@ -174,11 +174,9 @@ pub fn ca_egress(args: &Args) -> anyhow::Result<crate::egress::Egress> {
     allowed.extend(list_file(
         args.connectivity_ca_allowed_networks_file.as_deref(),
     )?);
-    let egress = crate::egress::Egress::new(&hosts, &allowed, &args.cluster_networks)
-        .map_err(anyhow::Error::msg)
-        .context(
-            "--connectivity-ca-hosts, --connectivity-ca-allowed-networks, --cluster-networks",
-        )?;
+    let egress = crate::egress::Egress::new(&hosts, &allowed, &args.cluster_networks).context(
+        "--connectivity-ca-hosts, --connectivity-ca-allowed-networks, --cluster-networks",
+    )?;
     tracing::info!(?hosts, allowed_networks = ?allowed, cluster_networks = ?args.cluster_networks, "Connectivity CA hosts");
     Ok(egress)
 }

@@ -8,6 +8,56 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// The hosts the CA is fetched from by default: the SAP BTP landscapes' domains.
 pub const DEFAULT_HOSTS: &str = ".hana.ondemand.com,.cloud.sap";
 
+/// Why an egress rule or a destination is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// A network flag's value is not `address/prefix`.
+    #[error("{0:?} is not an IP network (address/prefix)")]
+    NotANetwork(String),
+    /// A network's prefix is out of range.
+    #[error("{net:?}: the prefix must be a number from 0 to {max}")]
+    Prefix {
+        /// The network as given.
+        net: String,
+        /// 32 or 128.
+        max: u8,
+    },
+    /// A host suffix that would allow a whole top-level domain.
+    #[error(
+        "CA host suffix {0:?} has fewer than two labels (or an empty or invalid one): it would allow a whole top-level domain; name e.g. .hana.ondemand.com"
+    )]
+    TopLevelSuffix(String),
+    /// A host that is no host name.
+    #[error("CA host {0:?} is not a valid host name")]
+    HostName(String),
+    /// A host not on the operator's list.
+    #[error(
+        "host {host} is not on the operator's list of Connectivity CA hosts ({allowed}); the CA is not fetched (the list is --connectivity-ca-hosts)"
+    )]
+    HostNotListed {
+        /// The host.
+        host: String,
+        /// The list.
+        allowed: String,
+    },
+    /// An address in one of the cluster's networks.
+    #[error("{ip} is in the cluster's network {net}")]
+    ClusterNetwork {
+        /// The address.
+        ip: IpAddr,
+        /// The network.
+        net: Net,
+    },
+    /// An address of a special-purpose range.
+    #[error("{ip} is a {range} address")]
+    SpecialPurpose {
+        /// The address.
+        ip: IpAddr,
+        /// The range's name.
+        range: &'static str,
+    },
+}
+
 /// An IP network, `address/prefix` (a bare address is a /32 or /128).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Net {
@@ -17,15 +67,13 @@ pub struct Net {
 
 impl Net {
     /// Parses `10.0.0.0/8`, `fd00::/8` or a bare address.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, Refused> {
         let s = s.trim();
         let (addr, prefix) = match s.split_once('/') {
             Some((a, p)) => (a, Some(p)),
             None => (s, None),
         };
-        let addr: IpAddr = addr
-            .parse()
-            .map_err(|_| format!("{s:?} is not an IP network (address/prefix)"))?;
+        let addr: IpAddr = addr.parse().map_err(|_| Refused::NotANetwork(s.into()))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => max,
@@ -33,7 +81,7 @@ impl Net {
                 .parse::<u8>()
                 .ok()
                 .filter(|p| *p <= max)
-                .ok_or_else(|| format!("{s:?}: the prefix must be a number from 0 to {max}"))?,
+                .ok_or_else(|| Refused::Prefix { net: s.into(), max })?,
         };
         Ok(Net { addr, prefix })
     }
@@ -162,7 +210,7 @@ impl Egress {
         hosts: &[String],
         allowed_networks: &[String],
         refused_networks: &[String],
-    ) -> Result<Self, String> {
+    ) -> Result<Self, Refused> {
         let mut rules = Vec::new();
         for raw in hosts.iter().map(|h| h.trim()).filter(|h| !h.is_empty()) {
             // "." (the root) normalises to nothing: a suffix of no label at all.
@@ -181,17 +229,12 @@ impl Egress {
                 Some(domain) if valid(domain) && domain.contains('.') => {
                     rules.push(HostRule::Suffix(h.clone()))
                 }
-                Some(_) => {
-                    return Err(format!(
-                        "CA host suffix {h:?} has fewer than two labels (or an empty or invalid one): \
-                         it would allow a whole top-level domain; name e.g. .hana.ondemand.com"
-                    ));
-                }
+                Some(_) => return Err(Refused::TopLevelSuffix(h)),
                 None if valid(&h) => rules.push(HostRule::Exact(h)),
-                None => return Err(format!("CA host {h:?} is not a valid host name")),
+                None => return Err(Refused::HostName(h)),
             }
         }
-        let nets = |list: &[String]| -> Result<Vec<Net>, String> {
+        let nets = |list: &[String]| -> Result<Vec<Net>, Refused> {
             list.iter()
                 .map(|s| s.trim())
                 .filter(|s| !s.is_empty())
@@ -206,7 +249,7 @@ impl Egress {
     }
 
     /// Whether the CA may be fetched from `host` (a DNS name): it is on the operator's allowlist.
-    pub fn check_host(&self, host: &str) -> Result<(), String> {
+    pub fn check_host(&self, host: &str) -> Result<(), Refused> {
         let host = normalise(host);
         let allowed = self.hosts.iter().any(|r| match r {
             HostRule::Suffix(s) => host.ends_with(s.as_str()),
@@ -215,25 +258,24 @@ impl Egress {
         if allowed {
             Ok(())
         } else {
-            Err(format!(
-                "host {host} is not on the operator's list of Connectivity CA hosts ({}); \
-                 the CA is not fetched (the list is --connectivity-ca-hosts)",
-                self.describe_hosts()
-            ))
+            Err(Refused::HostNotListed {
+                host,
+                allowed: self.describe_hosts(),
+            })
         }
     }
 
     /// Whether the CA fetch may connect to `ip`: not in a refused network nor a special-purpose range,
     /// unless the operator allowed its network.
-    pub fn check_address(&self, ip: IpAddr) -> Result<(), String> {
+    pub fn check_address(&self, ip: IpAddr) -> Result<(), Refused> {
         if self.allowed_networks.iter().any(|n| n.contains(ip)) {
             return Ok(());
         }
         if let Some(n) = self.refused_networks.iter().find(|n| n.contains(ip)) {
-            return Err(format!("{ip} is in the cluster's network {n}"));
+            return Err(Refused::ClusterNetwork { ip, net: *n });
         }
         match special_range(ip) {
-            Some(range) => Err(format!("{ip} is a {range} address")),
+            Some(range) => Err(Refused::SpecialPurpose { ip, range }),
             None => Ok(()),
         }
     }
@@ -302,7 +344,8 @@ mod tests {
         }
         let msg = e
             .check_address(ip("169.254.169.254"))
-            .expect_err("metadata");
+            .expect_err("metadata")
+            .to_string();
         assert!(msg.contains("link-local"), "{msg}");
     }
 
@@ -319,7 +362,8 @@ mod tests {
         assert_eq!(e.check_address(ip("fd12::5")), Ok(()));
         let msg = e
             .check_address(ip("203.0.113.7"))
-            .expect_err("cluster range");
+            .expect_err("cluster range")
+            .to_string();
         assert!(msg.contains("203.0.113.0/24"), "{msg}");
         assert!(Egress::new(&[], &["10.0.0.0/33".into()], &[]).is_err());
         assert!(Egress::new(&[], &["not-a-net".into()], &[]).is_err());
@@ -342,7 +386,9 @@ mod tests {
             assert!(e.check_host(bad).is_err(), "{bad}");
         }
         for one_label in [".com", ".sap", ".", "..sap"] {
-            let err = Egress::new(&[one_label.into()], &[], &[]).expect_err(one_label);
+            let err = Egress::new(&[one_label.into()], &[], &[])
+                .expect_err(one_label)
+                .to_string();
             assert!(err.contains("two labels"), "{one_label}: {err}");
         }
         let exact = Egress::new(&["localhost".into()], &[], &[]).expect("exact host");

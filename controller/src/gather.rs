@@ -397,7 +397,7 @@ async fn connectivity_ca(
 ) -> ConnectivityCa {
     let url = match crate::connectivity_ca::ca_url(&key.content) {
         Ok(url) => url,
-        Err(problem) => return ConnectivityCa::Unusable(problem),
+        Err(problem) => return ConnectivityCa::Unusable(problem.to_string()),
     };
     // The host must be on the operator's list, whatever the key's own domain says.
     let host = url
@@ -406,7 +406,7 @@ async fn connectivity_ca(
         .and_then(|u| u.host().map(String::from))
         .unwrap_or_default();
     if let Err(problem) = ctx.settings.ca_egress.check_host(&host) {
-        return ConnectivityCa::Unusable(problem);
+        return ConnectivityCa::Unusable(problem.to_string());
     }
     let fresh = ctx
         .ca_fetched
@@ -438,7 +438,7 @@ async fn connectivity_ca(
     let timeout = std::time::Duration::from_secs(5);
     let resolver = match crate::connectivity_ca::Resolver::from_system() {
         Ok(r) => crate::connectivity_ca::CheckedResolver::new(r, ctx.settings.ca_egress.clone()),
-        Err(e) => return ConnectivityCa::Failed(e),
+        Err(e) => return ConnectivityCa::Failed(e.to_string()),
     };
     match crate::connectivity_ca::fetch(&url, timeout, 3, &ctx.settings.ca_endpoint_roots, resolver)
         .await
@@ -450,7 +450,7 @@ async fn connectivity_ca(
             }
             ConnectivityCa::Known { url, pem }
         }
-        Err(e) => ConnectivityCa::Failed(e),
+        Err(e) => ConnectivityCa::Failed(e.to_string()),
     }
 }
 

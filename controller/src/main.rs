@@ -32,9 +32,8 @@ async fn run() -> anyhow::Result<()> {
         .json()
         .init();
     if let Some(host) = &args.check_dns {
-        let resolver =
-            cp_controller::connectivity_ca::Resolver::from_system().map_err(anyhow::Error::msg)?;
-        for a in resolver.lookup(host).await.map_err(anyhow::Error::msg)? {
+        let resolver = cp_controller::connectivity_ca::Resolver::from_system()?;
+        for a in resolver.lookup(host).await? {
             println!("{a}");
         }
         return Ok(());

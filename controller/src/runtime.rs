@@ -197,9 +197,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     tracing::info!(path = %p.display(), "no extra roots for the Connectivity CA endpoint (file absent)");
                     vec![]
                 }
-                Some(p) => crate::connectivity_ca::load_roots(p)
-                    .map_err(anyhow::Error::msg)
-                    .context("--connectivity-ca-trust")?,
+                Some(p) => {
+                    crate::connectivity_ca::load_roots(p).context("--connectivity-ca-trust")?
+                }
                 None => vec![],
             },
             ca_egress: std::sync::Arc::new(crate::cli::ca_egress(&args)?),
