@@ -24,14 +24,87 @@ pub struct ServiceKey {
     pub subaccount_subdomain: Option<String>,
 }
 
+/// What is wrong with a service key's content (never quoting it: it is a credential).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KeyProblem {
+    /// Not JSON.
+    #[error("is not JSON ({0})")]
+    NotJson(String),
+    /// JSON, but no object.
+    #[error("is JSON but not a JSON object")]
+    NotAnObject,
+}
+
+/// Why the key in the user's Secret cannot be used; each message names the Secret and the fix.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SecretProblem {
+    /// Absent, not opted in, or another module's (one message: a CR editor learns nothing about it).
+    #[error(
+        "Secret {ns}/{name}, named in spec.secretConfig.integration.connectivityService.secretName, is not usable by the proxy: it must exist, belong to no other Kyma module, carry the label {label}=true (its owner's consent: kubectl label secret {name} -n {ns} {label}=true) and hold the Connectivity service key under key {keys}; or set secretName to auto-provision",
+        label = cp_api::keys::USABLE_BY_PROXY_LABEL
+    )]
+    NotUsable {
+        /// Namespace.
+        ns: String,
+        /// Name.
+        name: String,
+        /// The keys looked for.
+        keys: String,
+    },
+    /// No key under the expected names.
+    #[error(
+        "Secret {ns}/{name}, named in spec.secretConfig.integration.connectivityService.secretName, has no key {keys}; add the Connectivity service key under key {keys} (another key name goes into spec.config.integration.connectivityService.serviceCredentialsKey)"
+    )]
+    NoKey {
+        /// Namespace.
+        ns: String,
+        /// Name.
+        name: String,
+        /// The keys looked for.
+        keys: String,
+    },
+    /// The key's content is not a service key.
+    #[error("{}", unusable(&format!("key {found_under} of Secret {ns}/{name}"), problem))]
+    Unusable {
+        /// Namespace.
+        ns: String,
+        /// Name.
+        name: String,
+        /// The key it was found under.
+        found_under: String,
+        /// What is wrong.
+        problem: KeyProblem,
+    },
+}
+
+/// Why a ServiceBinding has no key yet.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BindingWait {
+    /// Its Ready condition is not True.
+    #[error("ServiceBinding {name} is not ready: {reason} {message}")]
+    NotReady {
+        /// The binding.
+        name: String,
+        /// The condition's reason.
+        reason: String,
+        /// The condition's message.
+        message: String,
+    },
+    /// No Ready condition yet.
+    #[error(
+        "ServiceBinding {0} has no Ready condition yet; the SAP BTP service operator is provisioning it"
+    )]
+    Provisioning(String),
+}
+
 impl ServiceKey {
     /// Parses a key, which must be a JSON object (a Connectivity service key); fields that are absent
     /// stay `None`. The error says what is wrong without quoting the content (it is a credential).
-    pub fn parse(content: Vec<u8>) -> Result<Self, String> {
+    pub fn parse(content: Vec<u8>) -> Result<Self, KeyProblem> {
         let v: Value =
-            serde_json::from_slice(&content).map_err(|e| format!("is not JSON ({e})"))?;
+            serde_json::from_slice(&content).map_err(|e| KeyProblem::NotJson(e.to_string()))?;
         if !v.is_object() {
-            return Err("is JSON but not a JSON object".into());
+            return Err(KeyProblem::NotAnObject);
         }
         let field = |k: &str| v.get(k).and_then(Value::as_str).map(String::from);
         Ok(Self {
@@ -59,7 +132,7 @@ pub struct Outcome {
 const KEY_FIX: &str = "put the Connectivity service key there as the JSON object SAP BTP issues \
      (a service key or binding of the connectivity service, plan connectivity_proxy)";
 
-fn unusable(where_: &str, problem: &str) -> String {
+fn unusable(where_: &str, problem: &KeyProblem) -> String {
     format!("{where_} does not hold a usable service key: it {problem}; {KEY_FIX}")
 }
 
@@ -88,7 +161,7 @@ fn key_secret(cr: &ConnectivityProxy, ns: &str, name: &str, content: &[u8]) -> D
     )
 }
 
-fn binding_ready(binding: &DynamicObject) -> Result<(), String> {
+fn binding_ready(binding: &DynamicObject) -> Result<(), BindingWait> {
     let conditions = binding.data["status"]["conditions"]
         .as_array()
         .cloned()
@@ -96,16 +169,12 @@ fn binding_ready(binding: &DynamicObject) -> Result<(), String> {
     let ready = conditions.iter().find(|c| c["type"] == "Ready");
     match ready {
         Some(c) if c["status"] == "True" => Ok(()),
-        Some(c) => Err(format!(
-            "ServiceBinding {} is not ready: {} {}",
-            binding.name_any(),
-            c["reason"].as_str().unwrap_or(""),
-            c["message"].as_str().unwrap_or("")
-        )),
-        None => Err(format!(
-            "ServiceBinding {} has no Ready condition yet; the SAP BTP service operator is provisioning it",
-            binding.name_any()
-        )),
+        Some(c) => Err(BindingWait::NotReady {
+            name: binding.name_any(),
+            reason: c["reason"].as_str().unwrap_or("").into(),
+            message: c["message"].as_str().unwrap_or("").into(),
+        }),
+        None => Err(BindingWait::Provisioning(binding.name_any())),
     }
 }
 
@@ -167,7 +236,7 @@ pub fn service_key(
                 ..Outcome::default()
             },
             Err(problem) => Outcome {
-                invalid: Some(problem),
+                invalid: Some(problem.to_string()),
                 ..Outcome::default()
             },
         },
@@ -182,7 +251,7 @@ fn from_user_secret(
     name: &str,
     key_name: &str,
     secret: Option<&Secret>,
-) -> Result<ServiceKey, String> {
+) -> Result<ServiceKey, SecretProblem> {
     let std = names::SECRET_SERVICE_KEY_KEY;
     let keys = if key_name == std {
         std.to_string()
@@ -192,30 +261,28 @@ fn from_user_secret(
     let Some(secret) = secret.filter(|s| usable_by_proxy(s, cr)) else {
         // Absent, not opted in, or another module's: one message, so the status tells a CR editor
         // who may not read Secrets neither whether the Secret exists nor what it holds.
-        return Err(format!(
-            "Secret {ns}/{name}, named in spec.secretConfig.integration.connectivityService.secretName, \
-             is not usable by the proxy: it must exist, belong to no other Kyma module, carry the label \
-             {label}=true (its owner's consent: kubectl label secret {name} -n {ns} {label}=true) and \
-             hold the Connectivity service key under key {keys}; or set secretName to auto-provision",
-            label = cp_api::keys::USABLE_BY_PROXY_LABEL
-        ));
+        return Err(SecretProblem::NotUsable {
+            ns: ns.into(),
+            name: name.into(),
+            keys,
+        });
     };
     let data = secret.data.as_ref();
     let found = data
         .and_then(|d| d.get(key_name).map(|b| (key_name, b)))
         .or_else(|| data.and_then(|d| d.get(std).map(|b| (std, b))));
     let Some((found_under, content)) = found else {
-        return Err(format!(
-            "Secret {ns}/{name}, named in spec.secretConfig.integration.connectivityService.secretName, \
-             has no key {keys}; add the Connectivity service key under key {keys} (another key name \
-             goes into spec.config.integration.connectivityService.serviceCredentialsKey)"
-        ));
+        return Err(SecretProblem::NoKey {
+            ns: ns.into(),
+            name: name.into(),
+            keys,
+        });
     };
-    ServiceKey::parse(content.0.clone()).map_err(|problem| {
-        unusable(
-            &format!("key {found_under} of Secret {ns}/{name}"),
-            &problem,
-        )
+    ServiceKey::parse(content.0.clone()).map_err(|problem| SecretProblem::Unusable {
+        ns: ns.into(),
+        name: name.into(),
+        found_under: found_under.into(),
+        problem,
     })
 }
 
@@ -276,7 +343,7 @@ fn from_binding(
     ];
     let waiting = match binding.map(binding_ready) {
         None => Some(format!("ServiceBinding {binding_name} is being created")),
-        Some(Err(msg)) => Some(msg),
+        Some(Err(wait)) => Some(wait.to_string()),
         Some(Ok(())) => None,
     };
     let content = secret
@@ -330,7 +397,9 @@ mod tests {
             Ok(None)
         );
         for bad in [&b"not json"[..], b"\"clientid\"", b"[1]", b""] {
-            let err = ServiceKey::parse(bad.to_vec()).expect_err("not a key");
+            let err = ServiceKey::parse(bad.to_vec())
+                .expect_err("not a key")
+                .to_string();
             assert!(err.contains("JSON"), "{err}");
         }
     }
