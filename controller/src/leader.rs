@@ -139,11 +139,22 @@ async fn attempt(
     api: &Api<Lease>,
     cfg: &LeaseConfig,
     observer: &mut Observer,
-) -> Result<Attempt, String> {
+) -> Result<Attempt, LeaseError> {
     match tokio::time::timeout(cfg.attempt_timeout(), try_acquire(api, cfg, observer)).await {
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(_) => Err(format!("no answer within {:?}", cfg.attempt_timeout())),
+        Ok(r) => r.map_err(LeaseError::Api),
+        Err(_) => Err(LeaseError::Timeout(cfg.attempt_timeout())),
     }
+}
+
+/// Why one acquisition or renewal failed.
+#[derive(Debug, thiserror::Error)]
+enum LeaseError {
+    /// The API refused or failed.
+    #[error("{0}")]
+    Api(kube::Error),
+    /// No answer in time.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
 }
 
 enum Attempt {

@@ -125,8 +125,39 @@ fn container_problem(
     }
 }
 
+/// Why the proxy's StatefulSet is not ready.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// The StatefulSet controller has not seen the current spec.
+    #[error("StatefulSet generation {generation} not yet observed (observed {observed})")]
+    NotObserved {
+        /// The current generation.
+        generation: i64,
+        /// The one observed.
+        observed: i64,
+    },
+    /// Replicas are missing or not updated.
+    #[error("{ready}/{want} replicas ready, {updated}/{want} updated")]
+    Replicas {
+        /// Ready.
+        ready: i32,
+        /// Wanted.
+        want: i32,
+        /// Updated.
+        updated: i32,
+    },
+    /// This reconcile wrote a new spec.
+    #[error("the StatefulSet's new spec is being rolled out")]
+    RollingOut,
+    /// No StatefulSet yet.
+    #[error("StatefulSet connectivity-proxy does not exist yet")]
+    Absent,
+}
+
 /// Ready when the controller observed the current spec and every replica is updated and ready.
-pub fn statefulset_ready(sts: &k8s_openapi::api::apps::v1::StatefulSet) -> Result<String, String> {
+pub fn statefulset_ready(
+    sts: &k8s_openapi::api::apps::v1::StatefulSet,
+) -> Result<String, NotReady> {
     let want = sts.spec.replicas.unwrap_or(1);
     let status = sts.status.clone().unwrap_or_default();
     let observed = status.observed_generation.unwrap_or(0);
@@ -134,14 +165,17 @@ pub fn statefulset_ready(sts: &k8s_openapi::api::apps::v1::StatefulSet) -> Resul
     let ready = status.ready_replicas.unwrap_or(0);
     let updated = status.updated_replicas.unwrap_or(0);
     if observed < generation {
-        return Err(format!(
-            "StatefulSet generation {generation} not yet observed (observed {observed})"
-        ));
+        return Err(NotReady::NotObserved {
+            generation,
+            observed,
+        });
     }
     if ready < want || updated < want {
-        return Err(format!(
-            "{ready}/{want} replicas ready, {updated}/{want} updated"
-        ));
+        return Err(NotReady::Replicas {
+            ready,
+            want,
+            updated,
+        });
     }
     Ok(format!("{ready}/{want} replicas ready"))
 }

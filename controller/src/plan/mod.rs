@@ -671,9 +671,9 @@ impl Report<'_> {
 
     fn readiness(&self, passed: Vec<Cond>) -> (Computed, Duration) {
         let ready = match (&self.facts.statefulset, self.statefulset_written) {
-            (_, true) => Err("the StatefulSet's new spec is being rolled out".to_string()),
+            (_, true) => Err(crate::pods::NotReady::RollingOut),
             (Some(sts), false) => crate::pods::statefulset_ready(sts),
-            (None, false) => Err("StatefulSet connectivity-proxy does not exist yet".into()),
+            (None, false) => Err(crate::pods::NotReady::Absent),
         };
         let recheck = self.resync().min(NOT_READY_RECHECK);
         match ready {
@@ -702,7 +702,8 @@ impl Report<'_> {
                     (Computed::blocked(State::Warning, passed, failed), recheck)
                 }
                 _ => {
-                    let failed = Cond::failed(types::READY, Reason::StatefulSetNotReady, msg);
+                    let failed =
+                        Cond::failed(types::READY, Reason::StatefulSetNotReady, msg.to_string());
                     (
                         Computed::blocked(State::Processing, passed, failed),
                         recheck,
