@@ -88,7 +88,7 @@ pub struct Facts {
     pub tunnel_tls: Option<Secret>,
     /// The built-in tunnel certificate's rotation at [`Self::now`] ([`Self::settle_tunnel_keys`]: new
     /// keys and certificates are generated there when due), when the built-in provider issues it.
-    pub tunnel_rotation: Option<Result<cp_certs::rotation::Rotation, String>>,
+    pub tunnel_rotation: Option<Result<cp_certs::rotation::Rotation, tunnel::IssueError>>,
     /// The Connectivity service CA.
     pub connectivity_ca: ConnectivityCa,
     /// Every managed object that belongs to this CR, as cached, that the operator can prove is its

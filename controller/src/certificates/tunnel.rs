@@ -77,13 +77,24 @@ pub struct Live<'a> {
     pub tls: Option<&'a Secret>,
 }
 
+/// Why the built-in tunnel certificate cannot be issued.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IssueError {
+    /// Issuing or renewing failed.
+    #[error("{0}")]
+    Rotation(String),
+    /// The reconcile did not settle the certificate's keys before the plan.
+    #[error("the built-in tunnel certificate was not prepared")]
+    NotPrepared,
+}
+
 /// The leaf's DNS names: the tunnel host and its wildcard.
 fn dns_names(host: &str) -> Vec<String> {
     vec![host.to_string(), format!("*.{host}")]
 }
 
 /// The built-in tunnel certificate's rotation at `now` from the `live` Secrets: the CA and leaf kept,
-/// renewed or issued (new private keys are generated here, so gather runs it and the plan stays pure);
+/// renewed or issued (new private keys are generated here, so the reconcile settles it before the plan, which stays pure);
 /// an error when a certificate cannot be issued.
 pub fn rotate(
     cr: &cp_api::ConnectivityProxy,
@@ -91,7 +102,7 @@ pub fn rotate(
     settings: &TunnelCertSettings,
     live: Live<'_>,
     now: OffsetDateTime,
-) -> Result<rotation::Rotation, String> {
+) -> Result<rotation::Rotation, IssueError> {
     let host = resolved.external_host.clone();
     let spec = Spec {
         ca_common_name: format!(
@@ -106,19 +117,20 @@ pub fn rotate(
         propagation: time::Duration::ZERO,
         algorithm: settings.algorithm,
     };
-    rotation::plan(now, &state_from(live.ca, live.tls), &spec).map_err(|e| e.to_string())
+    rotation::plan(now, &state_from(live.ca, live.tls), &spec)
+        .map_err(|e| IssueError::Rotation(e.to_string()))
 }
 
 /// The tunnel certificate's objects; for the built-in provider from `built_in`, the [`rotate`]
-/// result gather prepared. An error when a built-in certificate cannot be issued.
+/// result the reconcile settled. An error when a built-in certificate cannot be issued.
 pub fn objects(
     cr: &cp_api::ConnectivityProxy,
     resolved: &Resolved,
     provider: Provider,
     settings: &TunnelCertSettings,
     live: Live<'_>,
-    built_in: Option<&Result<rotation::Rotation, String>>,
-) -> Result<Tunnel, String> {
+    built_in: Option<&Result<rotation::Rotation, IssueError>>,
+) -> Result<Tunnel, IssueError> {
     if !resolved.tls_auto {
         return Ok(Tunnel::default());
     }
@@ -171,7 +183,7 @@ pub fn objects(
         Provider::BuiltIn => match built_in {
             Some(Ok(plan)) => Ok(built_in_objects(cr, ns, secret, plan)),
             Some(Err(e)) => Err(e.clone()),
-            None => Err("the built-in tunnel certificate was not prepared".into()),
+            None => Err(IssueError::NotPrepared),
         },
     }
 }

@@ -345,7 +345,12 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
                 Reason::CertificateFailed,
                 format!("certificate: {e}"),
             );
-            return blocked(State::Error, vec![deps, config], failed, Then::Fail(e));
+            return blocked(
+                State::Error,
+                vec![deps, config],
+                failed,
+                Then::Fail(e.to_string()),
+            );
         }
     };
     // The TLS Secret as it will be once this plan is applied (a certificate issued now is in the pod
