@@ -238,31 +238,17 @@ async fn reconcile_one(
             endpoint: want.clone(),
         }),
     );
-    let result = match &want {
-        Some(_) => {
-            writer
-                .write_part(
-                    api,
-                    crate::writer::Part::Status,
-                    &name,
-                    &Patch::Apply(&body),
-                    "publishing the endpoint",
-                )
-                .await
-        }
-        // Whoever wrote it (an earlier publication, the legacy operator): a merge patch removes it.
-        None => {
-            writer
-                .write_part(
-                    api,
-                    crate::writer::Part::Status,
-                    &name,
-                    &Patch::Merge(&body),
-                    "not published: the endpoint is removed",
-                )
-                .await
-        }
+    // Removing it (whoever wrote it: an earlier publication, the legacy operator) takes a merge patch.
+    let (patch, why) = match &want {
+        Some(_) => (Patch::Apply(&body), "publishing the endpoint"),
+        None => (
+            Patch::Merge(&body),
+            "not published: the endpoint is removed",
+        ),
     };
+    let result = writer
+        .write_part(api, crate::writer::Part::Status, &name, &patch, why)
+        .await;
     result.map_err(|e| Error::kube(format!("writing the endpoint of ServiceMapping {name}"), e))?;
     Ok(writes + 1)
 }

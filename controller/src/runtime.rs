@@ -80,7 +80,7 @@ pub async fn migrate_plan(namespace: &str, name: &str, output: &str) -> anyhow::
             crate::ownership::Proof::without_key()
         }
     };
-    let facts = crate::migration::plan::gather(&client, &proof, namespace, gather_id)
+    let facts = crate::migration::plan::gather(&client, &proof, namespace, gather_id, None)
         .await
         .context("reading the cluster")?;
     let plan = crate::migration::plan::plan(&spec, &facts, &id);

@@ -85,4 +85,15 @@ impl ControllerProcess {
     pub async fn metric(&self, series: &str) -> f64 {
         crate::webhook::metric(&self.metrics_addr, series).await
     }
+
+    /// The sum of every series of metric `name` (all label sets), or 0.
+    pub async fn metric_sum(&self, name: &str) -> f64 {
+        let Ok((_, body)) = crate::webhook::http_get(&self.metrics_addr, "/metrics").await else {
+            return 0.0;
+        };
+        body.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
 }

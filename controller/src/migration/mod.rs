@@ -211,7 +211,7 @@ pub async fn gather(
     };
     Ok(Progress::InProgress {
         imported: annotations.contains_key(IMPORTED_ANNOTATION),
-        takeover: plan::gather(client, proof, &ns, &id).await?,
+        takeover: plan::gather(client, proof, &ns, &id, Some(legacy_statefulset)).await?,
         id,
     })
 }

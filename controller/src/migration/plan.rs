@@ -157,19 +157,25 @@ pub fn is_ours(labels: &BTreeMap<String, String>) -> bool {
     labels.get(names::LABEL_MANAGED_BY).map(String::as_str) == Some(names::MANAGED_BY_VALUE)
 }
 
-/// Reads everything the plan needs, with reads only.
+/// Reads everything the plan needs, with reads only. `legacy_statefulset`: whether the StatefulSet
+/// is the legacy reconciler's, when the caller read it already (the reconcile); `None` reads it.
 pub async fn gather(
     client: &Client,
     proof: &crate::ownership::Proof,
     ns: &str,
     id: &str,
+    legacy_statefulset: Option<bool>,
 ) -> Result<Leftovers, Error> {
-    let mut facts = Leftovers {
-        legacy_statefulset: Api::<StatefulSet>::namespaced(client.clone(), ns)
+    let legacy_statefulset = match legacy_statefulset {
+        Some(known) => known,
+        None => Api::<StatefulSet>::namespaced(client.clone(), ns)
             .get_opt(names::STATEFULSET)
             .await
             .map_err(|e| Error::kube("reading the StatefulSet", e))?
             .is_some_and(|s| super::is_legacy(&s.metadata)),
+    };
+    let mut facts = Leftovers {
+        legacy_statefulset,
         ..Default::default()
     };
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);

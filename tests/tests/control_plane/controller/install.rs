@@ -558,6 +558,14 @@ async fn steady_state_issues_no_writes() {
         .controller
         .metric("cp_controller_reconcile_total{result=\"success\"}")
         .await;
+    let writes_before = env
+        .controller
+        .metric_sum("cp_controller_writes_total")
+        .await;
+    assert!(
+        writes_before > 0.0,
+        "the install's writes are counted by the one writer (cp_controller_writes_total)"
+    );
     tokio::time::sleep(Duration::from_secs(30)).await; // the observation window, not synchronisation
     let after = env
         .controller
@@ -608,6 +616,13 @@ async fn steady_state_issues_no_writes() {
         writes.is_empty(),
         "{} reconciles, but writes: {writes:?}",
         after - before
+    );
+    assert_eq!(
+        env.controller
+            .metric_sum("cp_controller_writes_total")
+            .await,
+        writes_before,
+        "cp_controller_writes_total moved in a steady state"
     );
     println!(
         "steady state: {} reconciles in 30 s, 0 writes (lease renewals excluded)",
