@@ -10,12 +10,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cp_api::mapping::{MappingKeyRef, mapping_key_ref};
-use cp_api::{ServiceMapping, names};
+use cp_api::{ConnectivityProxy, ServiceMapping, names};
 use kube::ResourceExt;
 use kube::api::{Api, Patch};
 
 use crate::Error;
-use crate::desired::Resolved;
+use crate::desired::{Kind, Resolved};
+use crate::gather::Facts;
 use crate::writer::Partial;
 
 /// The aggregated ConfigMap must stay below the 1 MiB object limit; this leaves room for metadata.
@@ -110,6 +111,37 @@ pub fn unique(mappings: &[Arc<ServiceMapping>]) -> (Vec<Arc<ServiceMapping>>, Ve
     }
     conflicts.sort_by(|a, b| name(&a.loser).cmp(name(&b.loser)));
     (published, conflicts)
+}
+
+/// The published mappings as the proxy's files: the text of each shard, and their bytes together.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shards {
+    /// The JSON list of each shard, index by index ([`cp_api::names::MAPPING_SHARD_CONFIGMAPS`]).
+    pub texts: Vec<String>,
+    /// The bytes of all entries ([`cp_api::mapping::entry_bytes`] summed).
+    pub bytes: usize,
+}
+
+/// Splits the `published` mappings across as many shards as their size needs, given the shard
+/// ConfigMaps of `cr` that exist ([`cp_api::mapping::shards_for`]: the count does not flap).
+pub fn shards(cr: &ConnectivityProxy, facts: &Facts, published: &[Arc<ServiceMapping>]) -> Shards {
+    let ns = cr.namespace().unwrap_or_else(|| names::KYMA_SYSTEM.into());
+    let live = names::MAPPING_SHARD_CONFIGMAPS
+        .iter()
+        .rposition(|n| {
+            let key = (Kind::ConfigMap, Some(ns.clone()), n.to_string());
+            facts.owned.contains_key(&key)
+        })
+        .map_or(1, |i| i + 1);
+    let bytes = published
+        .iter()
+        .map(|m| cp_api::mapping::entry_bytes(name(m), &m.spec))
+        .sum();
+    let count = cp_api::mapping::shards_for(bytes, live);
+    Shards {
+        texts: cp_api::mapping::service_mappings_shards(published, count),
+        bytes,
+    }
 }
 
 /// Where on-premise systems reach a mapping: `<protocol>://<tunnel host>:<port>/<serviceId>`.

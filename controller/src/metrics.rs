@@ -28,6 +28,13 @@ pub struct Metrics {
     pub writes: IntCounterVec,
     /// `cp_controller_service_mappings`: ServiceMappings in the cluster.
     pub service_mappings: IntGauge,
+    /// `cp_controller_service_mapping_bytes`: the bytes the published mappings take in their ConfigMaps.
+    pub service_mapping_bytes: IntGauge,
+    /// `cp_controller_service_mapping_budget_bytes`: what the ConfigMaps can hold together (constant;
+    /// the alert compares the two).
+    pub service_mapping_budget_bytes: IntGauge,
+    /// `cp_controller_service_mapping_shards`: the ConfigMaps the mappings are split across.
+    pub service_mapping_shards: IntGauge,
     /// `cp_controller_foreign_secret_watches`: watches open on Secrets the operator reads but does not
     /// manage (bounded by `cache::MAX_FOREIGN_WATCHES`).
     pub foreign_secret_watches: IntGauge,
@@ -182,6 +189,19 @@ impl Metrics {
             "cp_controller_service_mappings",
             "ServiceMappings in the cluster.",
         )?;
+        let service_mapping_bytes = IntGauge::new(
+            "cp_controller_service_mapping_bytes",
+            "Bytes the published ServiceMappings take in their ConfigMaps (new ones are refused at cp_controller_service_mapping_budget_bytes).",
+        )?;
+        let service_mapping_budget_bytes = IntGauge::new(
+            "cp_controller_service_mapping_budget_bytes",
+            "Bytes the ServiceMapping ConfigMaps can hold together; the webhook refuses a mapping beyond it.",
+        )?;
+        service_mapping_budget_bytes.set(cp_api::mapping::MAPPINGS_TOTAL_BUDGET_BYTES as i64);
+        let service_mapping_shards = IntGauge::new(
+            "cp_controller_service_mapping_shards",
+            "ConfigMaps the published ServiceMappings are split across (connectivity-proxy-service-mappings and its shards).",
+        )?;
         let foreign_secret_watches = IntGauge::new(
             "cp_controller_foreign_secret_watches",
             "Watches open on Secrets the operator reads but does not manage (a user's service key, a tunnel Secret issued by Gardener or cert-manager).",
@@ -234,6 +254,9 @@ impl Metrics {
             Box::new(applies.clone()),
             Box::new(writes.clone()),
             Box::new(service_mappings.clone()),
+            Box::new(service_mapping_bytes.clone()),
+            Box::new(service_mapping_budget_bytes.clone()),
+            Box::new(service_mapping_shards.clone()),
             Box::new(foreign_secret_watches.clone()),
             Box::new(cert_expiry.clone()),
             Box::new(cert_rotations.clone()),
@@ -258,6 +281,9 @@ impl Metrics {
             applies,
             writes,
             service_mappings,
+            service_mapping_bytes,
+            service_mapping_budget_bytes,
+            service_mapping_shards,
             foreign_secret_watches,
             cert_expiry,
             cert_rotations,

@@ -224,6 +224,12 @@ async fn update_cr(cr: &ConnectivityProxy, ctx: &Ctx, patches: &[CrPatch]) -> Re
 /// status once.
 async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, install: &Install) -> Result<Action, Error> {
     record_tunnel(ctx, install);
+    ctx.metrics
+        .service_mapping_bytes
+        .set(install.mapping_bytes as i64);
+    ctx.metrics
+        .service_mapping_shards
+        .set(install.mapping_shards as i64);
     if let Err(e) = write_objects(ctx, install).await {
         let (computed, after) = crate::plan::apply_failed(install, &e);
         status::write(ctx, cr, &computed).await?;

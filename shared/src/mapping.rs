@@ -182,8 +182,58 @@ mod tests {
 /// the last configuration that fitted beyond it; the webhook refuses a mapping that would cross it.
 pub const MAPPINGS_BUDGET_BYTES: usize = 1024 * 1024 - 64 * 1024;
 
-/// The share of [`MAPPINGS_BUDGET_BYTES`] (percent) from which the CR warns that the budget is near.
+/// The share of [`MAPPINGS_TOTAL_BUDGET_BYTES`] (percent) from which the CR warns that the budget is near.
 pub const MAPPINGS_WARNING_PERCENT: usize = 80;
+
+/// At most this many ConfigMaps ([`crate::names::MAPPING_SHARD_CONFIGMAPS`]) hold the mappings.
+pub const MAPPING_SHARDS_MAX: usize = crate::names::MAPPING_SHARD_CONFIGMAPS.len();
+
+/// The bytes all mappings may take together: [`MAPPING_SHARDS_MAX`] shards, each filled to at most 85 %
+/// of its [`MAPPINGS_BUDGET_BYTES`] on average (the split is by a hash of the name, so shards differ by
+/// a few per cent; the rest is headroom for that). The webhook refuses a mapping beyond it.
+pub const MAPPINGS_TOTAL_BUDGET_BYTES: usize =
+    MAPPING_SHARDS_MAX * MAPPINGS_BUDGET_BYTES * 85 / 100;
+
+/// A shard count grows once the mappings would fill its shards past this share (percent)...
+const GROW_PERCENT: usize = 75;
+/// ...and halves once half as many shards would be filled to at most this share.
+const SHRINK_PERCENT: usize = 50;
+
+/// Whether `total` bytes fit into `shards` shards filled to `percent` of their budget.
+fn fits(total: usize, shards: usize, percent: usize) -> bool {
+    total.saturating_mul(100) <= shards * MAPPINGS_BUDGET_BYTES * percent
+}
+
+/// How many shards mappings of `total` bytes (the sum of their [`entry_bytes`]) are split across,
+/// given the `current` count (the shard ConfigMaps that exist): a power of two up to
+/// [`MAPPING_SHARDS_MAX`], grown once the shards would be 75 % full and halved only once half as many
+/// would be at most 50 % full, so that a count near a threshold does not flap (each change of the count
+/// moves about half the entries). One shard is the single ConfigMap the proxy has always read.
+pub fn shards_for(total: usize, current: usize) -> usize {
+    let current = current.clamp(1, MAPPING_SHARDS_MAX).next_power_of_two();
+    let mut need = 1;
+    while need < MAPPING_SHARDS_MAX && !fits(total, need, GROW_PERCENT) {
+        need *= 2;
+    }
+    if need > current || (current > 1 && fits(total, current / 2, SHRINK_PERCENT)) {
+        need
+    } else {
+        current
+    }
+}
+
+/// The shard (index into [`crate::names::MAPPING_SHARD_CONFIGMAPS`]) of mapping `name` among `shards`
+/// (a power of two): the low bits of the name's 64-bit FNV-1a hash. Stable across releases and
+/// restarts (it depends on the name alone), and a doubling splits each shard in two: a mapping in shard
+/// `s` of `k` is in `s` or `s + k` of `2k`.
+pub fn shard_of(name: &str, shards: usize) -> usize {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    (hash & (shards.max(1) as u64 - 1)) as usize
+}
 
 /// The ConfigMap around the entries, as the controller applies it: the brackets of the list and the
 /// object's metadata, generously (names, labels, owner reference, annotations).
@@ -234,11 +284,32 @@ pub fn service_mappings_json<M: std::borrow::Borrow<ServiceMapping>>(mappings: &
     serde_json::to_string(&entries).unwrap_or_else(|_| "[]".into())
 }
 
+/// The JSON text of mapping `name`'s entry, as it stands in the list the proxy reads.
+pub fn entry_text(name: &str, spec: &ServiceMappingSpec) -> String {
+    serde_json::to_string(&entry(Some(name), spec)).unwrap_or_default()
+}
+
+/// The mappings split across `shards` shards ([`shard_of`]): the text of each shard's list (sorted by
+/// name, as [`service_mappings_json`] writes it; one shard is exactly that), index by index.
+pub fn service_mappings_shards<M: std::borrow::Borrow<ServiceMapping>>(
+    mappings: &[M],
+    shards: usize,
+) -> Vec<String> {
+    let shards = shards.clamp(1, MAPPING_SHARDS_MAX);
+    let mut split: Vec<Vec<&ServiceMapping>> = vec![Vec::new(); shards];
+    for m in mappings {
+        let m = m.borrow();
+        let name = m.metadata.name.as_deref().unwrap_or_default();
+        split[shard_of(name, shards)].push(m);
+    }
+    split.iter().map(|s| service_mappings_json(s)).collect()
+}
+
 /// What one mapping adds to the ConfigMap as applied: its entry, the comma before it, and the escaping
 /// its text gets as a JSON string inside the object. O(size of the mapping), so the webhook can keep a
 /// running total.
 pub fn entry_bytes(name: &str, spec: &ServiceMappingSpec) -> usize {
-    let text = serde_json::to_string(&entry(Some(name), spec)).unwrap_or_default();
+    let text = entry_text(name, spec);
     let escaped = text.len() + text.bytes().filter(|b| *b == b'"' || *b == b'\\').count();
     escaped + 1
 }
@@ -275,5 +346,93 @@ mod budget_tests {
             .sum();
         // The string's quotes and brackets, minus the first entry's comma.
         assert_eq!(sum + 2 + 2 - 1, applied.len());
+    }
+
+    #[test]
+    fn the_shard_count_grows_and_shrinks_with_room_between() {
+        let b = MAPPINGS_BUDGET_BYTES;
+        // (total, current, expected)
+        let cases = [
+            (0, 0, 1),
+            (0, 1, 1),
+            (b * 3 / 4, 1, 1),
+            (b * 3 / 4 + 1, 1, 2),
+            (b * 3 / 2 + 1, 1, 4),
+            // Between the thresholds the count stays where it is, either way.
+            (b * 7 / 10, 2, 2),
+            (b / 2, 2, 1),
+            (b * 2, 4, 4),
+            (b * 9 / 10, 4, 2),
+            // The most there are; beyond it the shards fill up (the webhook refuses first).
+            (b * 40, 1, MAPPING_SHARDS_MAX),
+            (MAPPINGS_TOTAL_BUDGET_BYTES, 16, 16),
+            // A count that is not a power of two (someone deleted a shard) is rounded up.
+            (b * 2, 3, 4),
+        ];
+        for (total, current, want) in cases {
+            assert_eq!(
+                shards_for(total, current),
+                want,
+                "{total} bytes, {current} shards"
+            );
+        }
+        // No flapping: whatever the start, the answer is a fixed point.
+        for total in (0..b * 14).step_by(b / 7) {
+            for current in [1, 2, 4, 8, 16] {
+                let k = shards_for(total, current);
+                assert_eq!(shards_for(total, k), k, "{total} bytes from {current}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_doubling_splits_each_shard_in_two_and_one_shard_is_the_single_list() {
+        for i in 0..2000 {
+            let name = format!("mapping-{i}");
+            for k in [1, 2, 4, 8] {
+                let s = shard_of(&name, k);
+                assert!(s < k);
+                let t = shard_of(&name, 2 * k);
+                assert!(
+                    t == s || t == s + k,
+                    "{name}: {s} of {k} → {t} of {}",
+                    2 * k
+                );
+            }
+        }
+        let mappings: Vec<ServiceMapping> = (0..300)
+            .map(|i| {
+                let mut m = ServiceMapping::new(
+                    &format!("m-{i:03}"),
+                    ServiceMappingSpec {
+                        service_id: format!("svc-{i}"),
+                        internal_address: "a:1".into(),
+                        ..Default::default()
+                    },
+                );
+                m.metadata.name = Some(format!("m-{i:03}"));
+                m
+            })
+            .collect();
+        assert_eq!(
+            service_mappings_shards(&mappings, 1),
+            vec![service_mappings_json(&mappings)]
+        );
+        let split = service_mappings_shards(&mappings, 4);
+        let mut names: Vec<String> = Vec::new();
+        for (s, text) in split.iter().enumerate() {
+            let list: Vec<serde_json::Value> = serde_json::from_str(text).expect("a JSON list");
+            // Every shard gets a fair share (a hash, not an order).
+            assert!((40..110).contains(&list.len()), "shard {s}: {}", list.len());
+            for e in list {
+                let name = e["name"].as_str().unwrap_or_default().to_string();
+                assert_eq!(shard_of(&name, 4), s);
+                names.push(name);
+            }
+        }
+        names.sort();
+        assert_eq!(names.len(), 300, "every mapping in exactly one shard");
+        names.dedup();
+        assert_eq!(names.len(), 300);
     }
 }

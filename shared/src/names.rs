@@ -57,6 +57,46 @@ pub const CONFIGMAP_CONFIG_KEY: &str = "connectivity-proxy-config.yml";
 pub const CONFIGMAP_INFO: &str = "connectivity-proxy-info";
 pub const CONFIGMAP_SERVICE_MAPPINGS: &str = "connectivity-proxy-service-mappings";
 pub const CONFIGMAP_SERVICE_MAPPINGS_KEY: &str = "servicemappings";
+/// The ConfigMaps the ServiceMappings are split across (shards): the first is the one the proxy has
+/// always read, the others exist only once the mappings outgrow it (`cp_api::mapping::shards_for`).
+/// Written out, so that RBAC, the admission policy and the pod's projected volume can name each one.
+pub const MAPPING_SHARD_CONFIGMAPS: [&str; 16] = [
+    CONFIGMAP_SERVICE_MAPPINGS,
+    "connectivity-proxy-service-mappings-1",
+    "connectivity-proxy-service-mappings-2",
+    "connectivity-proxy-service-mappings-3",
+    "connectivity-proxy-service-mappings-4",
+    "connectivity-proxy-service-mappings-5",
+    "connectivity-proxy-service-mappings-6",
+    "connectivity-proxy-service-mappings-7",
+    "connectivity-proxy-service-mappings-8",
+    "connectivity-proxy-service-mappings-9",
+    "connectivity-proxy-service-mappings-10",
+    "connectivity-proxy-service-mappings-11",
+    "connectivity-proxy-service-mappings-12",
+    "connectivity-proxy-service-mappings-13",
+    "connectivity-proxy-service-mappings-14",
+    "connectivity-proxy-service-mappings-15",
+];
+/// The key (and the file in the proxy's `servicemappings` directory) of each shard.
+pub const MAPPING_SHARD_KEYS: [&str; 16] = [
+    CONFIGMAP_SERVICE_MAPPINGS_KEY,
+    "servicemappings-1",
+    "servicemappings-2",
+    "servicemappings-3",
+    "servicemappings-4",
+    "servicemappings-5",
+    "servicemappings-6",
+    "servicemappings-7",
+    "servicemappings-8",
+    "servicemappings-9",
+    "servicemappings-10",
+    "servicemappings-11",
+    "servicemappings-12",
+    "servicemappings-13",
+    "servicemappings-14",
+    "servicemappings-15",
+];
 pub const SECRET_SERVICE_KEY: &str = "connectivity-proxy-service-key";
 pub const SECRET_SERVICE_KEY_KEY: &str = "service_key";
 

@@ -109,13 +109,16 @@ pub fn table() -> Vec<Row> {
         ),
         row(
             Kind::ConfigMap,
-            vec![
+            [
                 Exact(names::CONFIGMAP_CONFIG),
                 Exact(names::CONFIGMAP_INFO),
-                Exact(names::CONFIGMAP_SERVICE_MAPPINGS),
                 backup(names::CONFIGMAP_CONFIG),
                 backup(names::CONFIGMAP_INFO),
-            ],
+            ]
+            .into_iter()
+            // The mapping shards, the first being `connectivity-proxy-service-mappings`.
+            .chain(names::MAPPING_SHARD_CONFIGMAPS.iter().map(|n| Exact(n)))
+            .collect(),
         ),
         Row {
             kind: Kind::Secret,

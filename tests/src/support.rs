@@ -329,15 +329,40 @@ pub async fn info_http_port(cms: &Api<ConfigMap>) -> Result<String, String> {
         .unwrap_or_default())
 }
 
-/// What ConfigMap `connectivity-proxy-service-mappings` in `ns` publishes: its JSON list of entries
-/// (empty without one); a failed read is the `Err` of a wait's check.
+/// What ConfigMap `connectivity-proxy-service-mappings` and its shards in `ns` publish: one JSON list
+/// of their entries, sorted by name (exactly the first ConfigMap's value while there is one shard;
+/// empty without one); a failed read is the `Err` of a wait's check.
 pub async fn published_mappings(admin: &Client, ns: &str) -> Result<String, String> {
+    use cp_api::names::{MAPPING_SHARD_CONFIGMAPS, MAPPING_SHARD_KEYS};
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
-    let cm = crate::wait::get(&cms, cp_api::names::CONFIGMAP_SERVICE_MAPPINGS).await?;
-    let mut data = cm.data.unwrap_or_default();
-    Ok(data
-        .remove(cp_api::names::CONFIGMAP_SERVICE_MAPPINGS_KEY)
-        .unwrap_or_default())
+    let first = crate::wait::get(&cms, MAPPING_SHARD_CONFIGMAPS[0]).await?;
+    let value =
+        |cm: ConfigMap, key: &str| cm.data.unwrap_or_default().remove(key).unwrap_or_default();
+    let mut texts = vec![value(first, MAPPING_SHARD_KEYS[0])];
+    for (name, key) in MAPPING_SHARD_CONFIGMAPS
+        .iter()
+        .zip(MAPPING_SHARD_KEYS)
+        .skip(1)
+    {
+        if let Some(cm) = cms
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("ConfigMap {name}: {e}"))?
+        {
+            texts.push(value(cm, key));
+        }
+    }
+    if texts.len() == 1 {
+        return Ok(texts.remove(0));
+    }
+    let mut entries: Vec<serde_json::Value> = Vec::new();
+    for text in &texts {
+        let list: Vec<serde_json::Value> = serde_json::from_str(text)
+            .map_err(|e| format!("a mapping shard is not a JSON list: {e}"))?;
+        entries.extend(list);
+    }
+    entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    serde_json::to_string(&entries).map_err(|e| e.to_string())
 }
 
 /// The proxy's configuration file `connectivity-proxy-config.yml` in ConfigMap `cm` (empty without

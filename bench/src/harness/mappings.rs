@@ -76,16 +76,51 @@ pub async fn create_mappings(
     Ok((created, retries))
 }
 
-/// Entries and bytes of the aggregated value in ConfigMap `connectivity-proxy-service-mappings`
-/// (0 entries while it is missing or not a JSON array).
+/// Entries and bytes of the aggregated value in mapping ConfigMap `cm` (the first,
+/// `connectivity-proxy-service-mappings`, or a shard; 0 entries while it is missing or not a JSON
+/// array).
 pub fn aggregated(cm: &ConfigMap) -> (usize, usize) {
-    let value = cm
-        .data
-        .as_ref()
-        .and_then(|d| d.get(names::CONFIGMAP_SERVICE_MAPPINGS_KEY));
+    let value = cm.data.as_ref().and_then(|d| d.values().next());
     let entries = value
         .and_then(|v| serde_json::from_str::<Vec<serde::de::IgnoredAny>>(v).ok())
         .map(|v| v.len())
         .unwrap_or(0);
     (entries, value.map(String::len).unwrap_or(0))
+}
+
+/// Entries and bytes of all mapping ConfigMaps in `api`'s namespace together (the first,
+/// `connectivity-proxy-service-mappings`, and its shards), as a watch sees them; `None` while the
+/// first one is missing.
+pub fn watch_shards(api: Api<ConfigMap>) -> super::watch::Watched<Option<(usize, usize)>> {
+    use kube::runtime::watcher;
+    let shards = std::collections::BTreeMap::<String, (usize, usize)>::new();
+    super::watch::watch_fold(
+        api,
+        watcher::Config::default(),
+        shards,
+        None,
+        |shards, event| {
+            let is_shard =
+                |cm: &ConfigMap| names::MAPPING_SHARD_CONFIGMAPS.contains(&cm.name_any().as_str());
+            match event {
+                watcher::Event::Init => shards.clear(),
+                watcher::Event::Apply(cm) | watcher::Event::InitApply(cm) if is_shard(&cm) => {
+                    shards.insert(cm.name_any(), aggregated(&cm));
+                }
+                watcher::Event::Delete(cm) if is_shard(&cm) => {
+                    shards.remove(&cm.name_any());
+                }
+                _ => return None,
+            }
+            shards
+                .contains_key(names::CONFIGMAP_SERVICE_MAPPINGS)
+                .then(|| {
+                    shards
+                        .values()
+                        .fold((0, 0), |(e, b), (e2, b2)| (e + e2, b + b2))
+                })
+                .map(Some)
+                .or(Some(None))
+        },
+    )
 }

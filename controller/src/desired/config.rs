@@ -1,9 +1,8 @@
 //! The ConfigMaps: the proxy's configuration file, the on-premise proxy info, the service mappings.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use cp_api::{ConnectivityProxy, ServiceMapping, names};
+use cp_api::{ConnectivityProxy, names};
 use serde_json::{Value, json};
 
 use super::{Desired, Kind, Resolved, body, object};
@@ -69,7 +68,7 @@ pub(super) fn config_maps(
     cr: &ConnectivityProxy,
     ns: &str,
     resolved: &Resolved,
-    mappings: &[Arc<ServiceMapping>],
+    shards: &[String],
 ) -> Vec<Desired> {
     let port = |name: &str| {
         cr.spec
@@ -112,12 +111,23 @@ pub(super) fn config_maps(
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
         ),
-        config_map(
-            names::CONFIGMAP_SERVICE_MAPPINGS,
-            BTreeMap::from([(
-                names::CONFIGMAP_SERVICE_MAPPINGS_KEY.to_string(),
-                service_mappings_json(mappings),
-            )]),
-        ),
     ]
+    .into_iter()
+    // The mapping shards: the first always (the proxy has always read it), the others while in use.
+    .chain(
+        names::MAPPING_SHARD_CONFIGMAPS
+            .iter()
+            .zip(names::MAPPING_SHARD_KEYS)
+            .zip(
+                shards
+                    .iter()
+                    .map(String::as_str)
+                    .chain(std::iter::repeat("[]")),
+            )
+            .take(shards.len().max(1))
+            .map(|((name, key), text)| {
+                config_map(name, BTreeMap::from([(key.to_string(), text.to_string())]))
+            }),
+    )
+    .collect()
 }

@@ -216,17 +216,29 @@ pub fn object(
     }
 }
 
-/// Everything the controller applies for `cr`, given the resolved values. Istio objects are left
-/// out when `istio` is false (the caller reports the missing dependency instead).
+/// [`desired_with`] the mappings in one shard (the single ConfigMap, as long as they fit into it).
 pub fn desired(
     cr: &ConnectivityProxy,
     resolved: &Resolved,
     mappings: &[std::sync::Arc<ServiceMapping>],
 ) -> Vec<Desired> {
+    let one = [config::service_mappings_json(mappings)];
+    desired_with(cr, resolved, mappings, &one)
+}
+
+/// Everything the controller applies for `cr`, given the resolved values, the published mappings and
+/// the text of each of their shards (`cp_api::mapping::service_mappings_shards`). Istio objects are left
+/// out when `istio` is false (the caller reports the missing dependency instead).
+pub fn desired_with(
+    cr: &ConnectivityProxy,
+    resolved: &Resolved,
+    mappings: &[std::sync::Arc<ServiceMapping>],
+    shards: &[String],
+) -> Vec<Desired> {
     let ns = cr.namespace().unwrap_or_else(|| names::KYMA_SYSTEM.into());
     let mut out = Vec::new();
     out.push(workload::priority_class(cr));
-    out.extend(config::config_maps(cr, &ns, resolved, mappings));
+    out.extend(config::config_maps(cr, &ns, resolved, shards));
     out.extend(workload::services(cr, &ns));
     out.push(workload::stateful_set(cr, &ns, resolved));
     out.extend(network::objects(

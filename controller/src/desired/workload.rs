@@ -7,11 +7,12 @@ use cp_api::validation::is_operator_secret;
 use cp_api::{ConnectivityProxy, defaults, names};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    LocalObjectReference, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceFieldSelector, ResourceRequirements,
-    SeccompProfile, SecretProjection, SecurityContext, Service, ServicePort, ServiceSpec,
-    TCPSocketAction, Volume, VolumeMount, VolumeProjection, WeightedPodAffinityTerm,
+    Affinity, Capabilities, ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort,
+    EnvVar, EnvVarSource, KeyToPath, LocalObjectReference, PodAffinityTerm, PodAntiAffinity,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource,
+    ResourceFieldSelector, ResourceRequirements, SeccompProfile, SecretProjection, SecurityContext,
+    Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount, VolumeProjection,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -183,6 +184,37 @@ fn config_map_volume(name: &str, config_map: &str) -> Volume {
         config_map: Some(ConfigMapVolumeSource {
             name: config_map.into(),
             ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The mapping shards as one directory, file by file: the first ConfigMap (`servicemappings`, the file
+/// the proxy has always read) is required, the others are optional, so that a shard that appears or
+/// goes when the mappings grow or shrink changes files, not the pod template (no restart).
+fn mapping_shards_volume() -> Volume {
+    let sources = names::MAPPING_SHARD_CONFIGMAPS
+        .iter()
+        .zip(names::MAPPING_SHARD_KEYS)
+        .enumerate()
+        .map(|(i, (name, key))| VolumeProjection {
+            config_map: Some(ConfigMapProjection {
+                name: name.to_string(),
+                items: Some(vec![KeyToPath {
+                    key: key.into(),
+                    path: key.into(),
+                    ..KeyToPath::default()
+                }]),
+                optional: (i > 0).then_some(true),
+            }),
+            ..VolumeProjection::default()
+        })
+        .collect();
+    Volume {
+        name: "connectivity-proxy-service-mappings".into(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(sources),
+            ..ProjectedVolumeSource::default()
         }),
         ..Volume::default()
     }
@@ -369,10 +401,7 @@ fn pod_spec(cr: &ConnectivityProxy, d: &Deployment, resolved: &Resolved) -> PodS
         containers: vec![proxy_container(cr, &image, &resources)],
         volumes: Some(vec![
             config_map_volume("connectivity-proxy-config", names::CONFIGMAP_CONFIG),
-            config_map_volume(
-                "connectivity-proxy-service-mappings",
-                names::CONFIGMAP_SERVICE_MAPPINGS,
-            ),
+            mapping_shards_volume(),
             Volume {
                 name: "connectivity-proxy-secrets".into(),
                 projected: Some(ProjectedVolumeSource {

@@ -108,6 +108,10 @@ pub struct Install {
     pub published: Vec<std::sync::Arc<cp_api::ServiceMapping>>,
     /// The ServiceMappings left out because an older one has the same key.
     pub conflicts: Vec<crate::mappings::Conflict>,
+    /// How many ConfigMaps the published mappings are split across.
+    pub mapping_shards: usize,
+    /// The bytes of their entries ([`cp_api::mapping::entry_bytes`] summed).
+    pub mapping_bytes: usize,
     /// Objects with the operator's labels but no ownership proof, left alone (`Kind ns/name`).
     pub unproven: Vec<String>,
 }
@@ -363,7 +367,8 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         .or_else(|| facts.tunnel_tls.clone());
     resolved.secrets_hash = secrets_hash(tls.as_ref(), key.key.as_ref());
     let (published, conflicts) = crate::mappings::unique(&facts.mappings);
-    let mut objects = desired::desired(cr, &resolved, &published);
+    let shards = crate::mappings::shards(cr, facts, &published);
+    let mut objects = desired::desired_with(cr, &resolved, &published, &shards.texts);
     objects.extend(tunnel.objects.iter().cloned());
     objects.extend(key.objects.iter().cloned());
     let (ca_object, ca_problem, keep_ca) = connectivity_ca_object(cr, &resolved, facts);
@@ -389,12 +394,13 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
     let passed = vec![deps, config];
     // Each body is serialised once here, for its hash and its size (the mappings ConfigMap's).
     let digests: Vec<crate::apply::Digest> = objects.iter().map(crate::apply::Digest::of).collect();
-    let mappings_size = mappings_size(&objects, &digests);
+    let overfull = overfull_shards(&objects, &digests);
     let report = Report {
         passed: &passed,
         resolved: &resolved,
         facts,
-        mappings_size,
+        mappings_bytes: shards.bytes,
+        overfull: &overfull,
         ca_problem,
         auditlog_problem,
         key_waiting: key.waiting.clone(),
@@ -404,13 +410,7 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         renew_at: tunnel.renew_at,
         resync,
     };
-    let (writes, prune) = changes(
-        &objects,
-        &digests,
-        facts,
-        report.mappings_too_large(),
-        keep_ca,
-    );
+    let (writes, prune) = changes(&objects, &digests, facts, &overfull, keep_ca);
     let report = Report {
         statefulset_written: writes.iter().any(|w| w.desired.kind == Kind::StatefulSet),
         ..report
@@ -427,6 +427,8 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         tunnel,
         published,
         conflicts,
+        mapping_shards: shards.texts.len(),
+        mapping_bytes: shards.bytes,
         unproven: facts.unproven.iter().map(crate::cache::describe).collect(),
     }))
 }
@@ -463,7 +465,7 @@ fn changes(
     objects: &[Desired],
     digests: &[crate::apply::Digest],
     facts: &Facts,
-    skip_mappings: bool,
+    overfull: &[(&str, usize)],
     keep: Option<Key>,
 ) -> (Vec<Write>, Vec<Prune>) {
     let mut desired_keys: BTreeSet<Key> = keep.into_iter().collect();
@@ -473,9 +475,8 @@ fn changes(
         let live = facts.owned.get(&key);
         let adopted = facts.adopted.contains(&key);
         desired_keys.insert(key);
-        let too_large = skip_mappings
-            && d.kind == Kind::ConfigMap
-            && d.name == names::CONFIGMAP_SERVICE_MAPPINGS;
+        // A shard that does not fit keeps its last content: neither written nor pruned.
+        let too_large = d.kind == Kind::ConfigMap && overfull.iter().any(|(n, _)| *n == d.name);
         if too_large {
             continue;
         }
@@ -504,14 +505,21 @@ fn changes(
     (writes, prune)
 }
 
-/// Size of the aggregated mappings ConfigMap as applied.
-fn mappings_size(objects: &[Desired], digests: &[crate::apply::Digest]) -> usize {
+/// The mapping shards too large to apply (over [`crate::mappings::MAX_CONFIGMAP_BYTES`]) and their size.
+fn overfull_shards<'a>(
+    objects: &'a [Desired],
+    digests: &[crate::apply::Digest],
+) -> Vec<(&'a str, usize)> {
     objects
         .iter()
         .zip(digests)
-        .find(|(d, _)| d.kind == Kind::ConfigMap && d.name == names::CONFIGMAP_SERVICE_MAPPINGS)
-        .map(|(_, digest)| digest.len)
-        .unwrap_or(0)
+        .filter(|(d, digest)| {
+            d.kind == Kind::ConfigMap
+                && names::MAPPING_SHARD_CONFIGMAPS.contains(&d.name.as_str())
+                && digest.len > crate::mappings::MAX_CONFIGMAP_BYTES
+        })
+        .map(|(d, digest)| (d.name.as_str(), digest.len))
+        .collect()
 }
 
 /// The `<tls>-cacert` Secret with the Connectivity service CA: its object, the problem to report,
@@ -562,7 +570,10 @@ struct Report<'a> {
     passed: &'a [Cond],
     resolved: &'a Resolved,
     facts: &'a Facts,
-    mappings_size: usize,
+    /// The bytes of the published mappings' entries, all shards together.
+    mappings_bytes: usize,
+    /// The shards that do not fit into a ConfigMap, with their size.
+    overfull: &'a [(&'a str, usize)],
     ca_problem: Option<String>,
     auditlog_problem: Option<String>,
     key_waiting: Option<String>,
@@ -574,10 +585,6 @@ struct Report<'a> {
 }
 
 impl Report<'_> {
-    fn mappings_too_large(&self) -> bool {
-        self.mappings_size > crate::mappings::MAX_CONFIGMAP_BYTES
-    }
-
     /// The next renewal is scheduled, not polled: requeue exactly when it is due.
     fn resync(&self) -> Duration {
         match self.renew_at {
@@ -600,13 +607,14 @@ impl Report<'_> {
             let failed = Cond::failed(types::INSTALLED, reason, msg);
             (Computed::blocked(state, passed.clone(), failed), after)
         };
-        if self.mappings_too_large() {
+        if let Some((shard, size)) = self.overfull.first() {
             let msg = format!(
-                "the {} ServiceMappings need {} KiB, more than fits into ConfigMap {} (limit {} KiB); \
-                 the last configuration that fitted stays in use: remove ServiceMappings you no longer need",
+                "the {} ServiceMappings need {} KiB, and the share of them in ConfigMap {shard} ({} KiB) is more \
+                 than a ConfigMap can hold (limit {} KiB); the last configuration that fitted stays in use \
+                 there: remove ServiceMappings you no longer need",
                 self.published,
-                self.mappings_size / 1024,
-                names::CONFIGMAP_SERVICE_MAPPINGS,
+                self.mappings_bytes / 1024,
+                size / 1024,
                 crate::mappings::MAX_CONFIGMAP_BYTES / 1024
             );
             return installed_failed(
@@ -641,18 +649,23 @@ impl Report<'_> {
         passed.push(installed);
         let (computed, after) = self.readiness(passed);
         // Ready, but the mappings ConfigMap fills up: say so while there is room to act.
-        let near = self.mappings_size * 100
-            >= crate::mappings::MAX_CONFIGMAP_BYTES * cp_api::mapping::MAPPINGS_WARNING_PERCENT;
+        use cp_api::mapping::{
+            MAPPING_SHARDS_MAX, MAPPINGS_TOTAL_BUDGET_BYTES, MAPPINGS_WARNING_PERCENT,
+        };
+        let near =
+            self.mappings_bytes * 100 >= MAPPINGS_TOTAL_BUDGET_BYTES * MAPPINGS_WARNING_PERCENT;
         if computed.state == State::Ready && near {
             let description = format!(
-                "the {} ServiceMappings take {} KiB, {} % of the {} KiB ConfigMap {} can hold; at {} KiB \
-                 new ServiceMappings are refused: delete those you no longer need",
+                "the {} ServiceMappings take {} KiB, {} % of the {} KiB the {MAPPING_SHARDS_MAX} ConfigMaps \
+                 {}[-1…-{}] can hold; at {} KiB new ServiceMappings are refused: delete those you no longer \
+                 need",
                 self.published,
-                self.mappings_size / 1024,
-                self.mappings_size * 100 / crate::mappings::MAX_CONFIGMAP_BYTES,
-                crate::mappings::MAX_CONFIGMAP_BYTES / 1024,
+                self.mappings_bytes / 1024,
+                self.mappings_bytes * 100 / MAPPINGS_TOTAL_BUDGET_BYTES,
+                MAPPINGS_TOTAL_BUDGET_BYTES / 1024,
                 names::CONFIGMAP_SERVICE_MAPPINGS,
-                crate::mappings::MAX_CONFIGMAP_BYTES / 1024,
+                MAPPING_SHARDS_MAX - 1,
+                MAPPINGS_TOTAL_BUDGET_BYTES / 1024,
             );
             let computed = Computed {
                 state: State::Warning,

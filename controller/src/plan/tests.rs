@@ -661,18 +661,43 @@ fn crs_outside_kyma_system_turn_ready_into_a_warning_naming_them_and_the_command
     assert_eq!(i.status.reason, Reason::StatefulSetNotReady);
 }
 
+/// A mapping whose entry takes about 2 KiB (16 long location ids).
+fn mk_big_mapping(name: &str) -> Arc<ServiceMapping> {
+    let locations: Vec<String> = (0..16)
+        .map(|j| format!("{name}-{j:02}-{}", "x".repeat(100)))
+        .collect();
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+            "metadata": {"name": name},
+            "spec": {"type": "TCP", "serviceId": name, "internalAddress": "host.example.org:8080",
+                "locationIds": locations}
+        }))
+        .expect("mapping"),
+    )
+}
+
+/// The mapping shard ConfigMaps an install plan writes, by name.
+fn shard_writes(i: &Install) -> Vec<&str> {
+    i.writes
+        .iter()
+        .filter(|w| names::MAPPING_SHARD_CONFIGMAPS.contains(&w.desired.name.as_str()))
+        .map(|w| w.desired.name.as_str())
+        .collect()
+}
+
 #[test]
-fn mappings_near_the_configmap_budget_warn_and_everything_is_still_applied() {
+fn mappings_near_the_budget_of_all_shards_warn_and_everything_is_still_applied() {
     let cr = mk_default_cr();
-    let facts = TestFacts::ready().with(|f| f.mappings = (0..4300).map(mk_mapping).collect());
+    let many = |n: usize| {
+        (0..n)
+            .map(|i| mk_big_mapping(&format!("m-{i:05}")))
+            .collect()
+    };
+    let facts = TestFacts::ready().with(|f| f.mappings = many(5600));
     let first = install(run(&cr, &facts));
-    assert!(
-        first
-            .writes
-            .iter()
-            .any(|w| w.desired.name == names::CONFIGMAP_SERVICE_MAPPINGS),
-        "the mappings ConfigMap is written"
-    );
+    assert_eq!(first.mapping_shards, 16);
+    assert_eq!(shard_writes(&first).len(), 16, "every shard is written");
     // Once applied and rolled out: Ready, but for the budget.
     let i = install(run(&cr, &facts.applied(&cr)));
     assert_eq!(
@@ -682,7 +707,9 @@ fn mappings_near_the_configmap_budget_warn_and_everything_is_still_applied() {
         i.status.description
     );
     assert!(
-        i.status.description.contains("% of the 960 KiB")
+        i.status
+            .description
+            .contains("% of the 13056 KiB the 16 ConfigMaps")
             && i.status
                 .description
                 .contains("delete those you no longer need"),
@@ -690,25 +717,40 @@ fn mappings_near_the_configmap_budget_warn_and_everything_is_still_applied() {
         i.status.description
     );
     // Below 80 %: Ready.
-    let facts = TestFacts::ready().with(|f| f.mappings = (0..3000).map(mk_mapping).collect());
+    let facts = TestFacts::ready().with(|f| f.mappings = many(4000));
     let i = install(run(&cr, &facts.applied(&cr)));
     assert_eq!(i.status.state, State::Ready, "{}", i.status.description);
 }
 
 #[test]
-fn too_many_mappings_keep_the_last_configmap_that_fitted() {
+fn a_shard_that_does_not_fit_keeps_its_last_configmap() {
+    // Names that all land in the first of two shards: the split cannot help, that shard overflows.
     let cr = mk_default_cr();
-    let facts = TestFacts::ready().with(|f| f.mappings = (0..7000).map(mk_mapping).collect());
+    let names: Vec<String> = (0..)
+        .map(|i| format!("skewed-{i:05}"))
+        .filter(|n| cp_api::mapping::shard_of(n, 2) == 0)
+        .take(520)
+        .collect();
+    let facts =
+        TestFacts::ready().with(|f| f.mappings = names.iter().map(|n| mk_big_mapping(n)).collect());
     let i = install(run(&cr, &facts));
+    assert_eq!(i.mapping_shards, 2);
     assert_eq!(
         (i.status.state, i.status.reason),
         (State::Warning, Reason::ServiceMappingsTooLarge)
     );
     assert!(
-        !i.writes
-            .iter()
-            .any(|w| w.desired.name == names::CONFIGMAP_SERVICE_MAPPINGS),
-        "the mappings ConfigMap is not written"
+        i.status
+            .description
+            .contains("ConfigMap connectivity-proxy-service-mappings (")
+            && i.status.description.contains("limit 960 KiB"),
+        "{}",
+        i.status.description
+    );
+    assert_eq!(
+        shard_writes(&i),
+        vec!["connectivity-proxy-service-mappings-1"],
+        "the first shard is not written, the other one is"
     );
     let applied = facts.applied(&cr);
     let cm = in_kyma_system(Kind::ConfigMap, names::CONFIGMAP_SERVICE_MAPPINGS);
@@ -718,6 +760,82 @@ fn too_many_mappings_keep_the_last_configmap_that_fitted() {
             .iter()
             .any(|p| p.key() == cm),
         "nor pruned"
+    );
+}
+
+/// The names in every shard ConfigMap an install plan writes.
+fn names_in_shards(i: &Install) -> Vec<String> {
+    let mut all: Vec<String> = i
+        .writes
+        .iter()
+        .filter(|w| names::MAPPING_SHARD_CONFIGMAPS.contains(&w.desired.name.as_str()))
+        .flat_map(|w| {
+            let data = w.desired.body["data"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(data.len(), 1, "one key per shard");
+            let text = data
+                .values()
+                .next()
+                .and_then(|v| v.as_str())
+                .unwrap_or("[]")
+                .to_string();
+            let list: Vec<serde_json::Value> = serde_json::from_str(&text).expect("a JSON list");
+            list.into_iter()
+                .map(|e| e["name"].as_str().unwrap_or_default().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+#[test]
+fn mappings_past_one_configmap_are_split_and_one_change_rewrites_one_shard() {
+    let cr = mk_default_cr();
+    let mappings: Vec<Arc<ServiceMapping>> = (0..7000).map(mk_mapping).collect();
+    let facts = TestFacts::ready().with(|f| f.mappings = mappings.clone());
+    let i = install(run(&cr, &facts));
+    assert_eq!(i.mapping_shards, 2, "{} bytes", i.mapping_bytes);
+    assert_eq!(
+        shard_writes(&i),
+        vec![
+            "connectivity-proxy-service-mappings",
+            "connectivity-proxy-service-mappings-1"
+        ]
+    );
+    let mut want: Vec<String> = mappings.iter().map(|m| m.name_any()).collect();
+    want.sort();
+    assert_eq!(
+        names_in_shards(&i),
+        want,
+        "every mapping in exactly one shard"
+    );
+    // Applied: nothing to write. One more mapping: one shard is written, and only it.
+    let applied = facts.applied(&cr);
+    assert_eq!(
+        shard_writes(&install(run(&cr, &applied))),
+        Vec::<&str>::new()
+    );
+    let more = TestFacts(applied.0.clone()).with(|f| f.mappings.push(mk_mapping(7000)));
+    let one = install(run(&cr, &more));
+    let shard = cp_api::mapping::shard_of(&mk_mapping(7000).name_any(), 2);
+    assert_eq!(
+        shard_writes(&one),
+        vec![names::MAPPING_SHARD_CONFIGMAPS[shard]]
+    );
+    assert!(one.prune.is_empty());
+    // Thinned out below half of one ConfigMap: one shard again, the other pruned.
+    let fewer = TestFacts(applied.0.clone()).with(|f| f.mappings.truncate(2000));
+    let back = install(run(&cr, &fewer));
+    assert_eq!(back.mapping_shards, 1);
+    assert_eq!(shard_writes(&back), vec![names::CONFIGMAP_SERVICE_MAPPINGS]);
+    let pruned = in_kyma_system(Kind::ConfigMap, names::MAPPING_SHARD_CONFIGMAPS[1]);
+    assert!(
+        back.prune.iter().any(|p| p.key() == pruned),
+        "{:?}",
+        back.prune
     );
 }
 

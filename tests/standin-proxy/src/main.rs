@@ -54,8 +54,9 @@
 //! # What it dials
 //!
 //! While everything reads back, every 3 seconds (env `CP_STANDIN_DIAL_EVERY`, seconds), a TCP connect
-//! to each published service channel's `internalAddress` (the mappings file
-//! `/etc/connectivity/properties/servicemappings/servicemappings`, env `CP_STANDIN_MAPPINGS`) and to
+//! to each published service channel's `internalAddress` (the mapping files in
+//! `/etc/connectivity/properties/servicemappings`, env `CP_STANDIN_MAPPINGS`: `servicemappings` and
+//! its shards `servicemappings-<n>`, each a JSON list, read together; see [`mapping_files`]) and to
 //! the Connectivity service endpoint of the service key (`connectivity_service.url`, port 443); see
 //! [`dial`]. Each outcome is logged when it changes:
 //!
@@ -99,7 +100,7 @@ use check::Problem;
 const DEFAULT_CONFIG: &str =
     "/etc/connectivity/properties/user-provided/connectivity-proxy-config.yml";
 const DEFAULT_SECRETS: &str = "/etc/connectivity/secrets";
-const DEFAULT_MAPPINGS: &str = "/etc/connectivity/properties/servicemappings/servicemappings";
+const DEFAULT_MAPPINGS: &str = "/etc/connectivity/properties/servicemappings";
 const CHECK_EVERY: Duration = Duration::from_secs(2);
 const DIAL_EVERY: Duration = Duration::from_secs(3);
 const POLL: Duration = Duration::from_millis(50);
@@ -128,6 +129,40 @@ fn say(line: &str) {
 
 fn text(s: impl Into<String>) -> Value {
     Value::String(s.into())
+}
+
+/// The mapping files the proxy reads at `path`: the file itself, or in a directory `servicemappings`
+/// and its shards `servicemappings-<n>` (the kubelet's `..data` links and anything else are skipped),
+/// in the order of their number.
+fn mapping_files(path: &Path) -> Vec<PathBuf> {
+    if !path.is_dir() {
+        return vec![path.to_owned()];
+    }
+    let shard = |name: &str| match name.strip_prefix("servicemappings") {
+        Some("") => Some(0),
+        Some(n) => n.strip_prefix('-')?.parse::<u32>().ok().filter(|n| *n > 0),
+        None => None,
+    };
+    let mut files: Vec<(u32, PathBuf)> = std::fs::read_dir(path)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((shard(e.file_name().to_str()?)?, e.path())))
+        .collect();
+    files.sort();
+    files.into_iter().map(|(_, p)| p).collect()
+}
+
+/// The service channels of every mapping file at `path`, and how many files there were.
+fn read_channels(path: &Path) -> (Vec<dial::Target>, usize) {
+    let files = mapping_files(path);
+    let mut channels: Vec<dial::Target> = files
+        .iter()
+        // A missing file is no channel (the real proxy starts without any).
+        .flat_map(|f| dial::channels(&read(f).unwrap_or_default()))
+        .collect();
+    channels.sort();
+    (channels, files.len())
 }
 
 /// Reads a file as UTF-8 text, the error naming what failed.
@@ -250,7 +285,7 @@ fn main() -> ExitCode {
         ("version", text(env!("CARGO_PKG_VERSION"))),
         ("configFile", text(config_path.display().to_string())),
         ("secretsDir", text(secrets.display().to_string())),
-        ("mappingsFile", text(mappings_path.display().to_string())),
+        ("mappings", text(mappings_path.display().to_string())),
     ]);
     let targets: Arc<Mutex<Vec<dial::Target>>> = Arc::default();
     {
@@ -271,6 +306,7 @@ fn main() -> ExitCode {
     let mut logged: Option<(Value, String)> = None;
     let mut last_problem: Option<(PathBuf, String)> = None;
     let mut last_ports: Vec<u16> = Vec::new();
+    let mut last_channels: Option<(usize, usize)> = None;
     let mut next_check = Instant::now();
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -289,8 +325,15 @@ fn main() -> ExitCode {
             match outcome {
                 Ok((ready, key_text, ports)) => {
                     last_problem = None;
-                    // A missing mappings file is no channel (the real proxy starts without any).
-                    let mut now = dial::channels(&read(&mappings_path).unwrap_or_default());
+                    let (mut now, files) = read_channels(&mappings_path);
+                    if last_channels != Some((now.len(), files)) {
+                        log(&[
+                            ("event", text("mappings")),
+                            ("channels", Value::from(now.len())),
+                            ("files", Value::from(files)),
+                        ]);
+                        last_channels = Some((now.len(), files));
+                    }
                     now.extend(dial::service_endpoint(&key_text));
                     if let Ok(mut t) = targets.lock() {
                         *t = now;

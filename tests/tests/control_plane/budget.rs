@@ -1,6 +1,6 @@
-//! The ServiceMappings ConfigMap's budget through the real API server: once the mappings' entries fill
-//! what ConfigMap `connectivity-proxy-service-mappings` can hold, a new mapping is refused at admission,
-//! saying why. A group of its own: it fills the cluster with mappings no other test expects.
+//! The ServiceMappings' budget through the real API server: once the mappings' entries fill what the 16
+//! ConfigMaps `connectivity-proxy-service-mappings[-1…-15]` can hold together, a new mapping is refused
+//! at admission, saying why. A group of its own: it fills the cluster with mappings no other test expects.
 
 use std::time::Duration;
 
@@ -8,10 +8,10 @@ use cp_tests::shared::{control_plane, webhook};
 use futures::{StreamExt, stream};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
-/// A mapping whose entry takes about 2 KiB (16 long location ids): a few hundred fill the budget.
+/// A mapping whose entry takes about 14 KiB (16 long location ids): several hundred fill the budget.
 fn big_mapping(name: &str) -> cp_api::ServiceMapping {
     let locations: Vec<String> = (0..16)
-        .map(|j| format!("{name}-location-{j:02}-{}", "x".repeat(96)))
+        .map(|j| format!("{name}-location-{j:02}-{}", "x".repeat(880)))
         .collect();
     cp_tests::fixtures::service_mapping(
         name,
@@ -26,10 +26,11 @@ async fn a_mapping_beyond_the_configmap_budget_is_refused_at_admission() {
     let admin = control_plane().admin().await.expect("admin");
     let api: Api<cp_api::ServiceMapping> = Api::all(admin);
     let one = cp_api::mapping::entry_bytes("budget-0000", &big_mapping("budget-0000").spec);
-    let fill = (cp_api::mapping::MAPPINGS_BUDGET_BYTES
-        - cp_api::mapping::MAPPINGS_CONFIGMAP_OVERHEAD_BYTES)
-        / one;
-    assert!((300..700).contains(&fill), "{fill} mappings of {one} bytes");
+    let fill = cp_api::mapping::MAPPINGS_TOTAL_BUDGET_BYTES / one;
+    assert!(
+        (600..1200).contains(&fill),
+        "{fill} mappings of {one} bytes"
+    );
     let created: Vec<Result<(), String>> = stream::iter(0..fill)
         .map(|i| {
             let api = api.clone();
@@ -72,8 +73,8 @@ async fn a_mapping_beyond_the_configmap_budget_is_refused_at_admission() {
     assert!(
         message.contains("ServiceMapping budget-over is refused")
             && !message.contains(&format!("{fill} ServiceMappings"))
-            && message.contains("960 KiB")
-            && message.contains("connectivity-proxy-service-mappings")
+            && message.contains("13056 KiB")
+            && message.contains("16 ConfigMaps connectivity-proxy-service-mappings")
             && message.contains("delete"),
         "{message}"
     );

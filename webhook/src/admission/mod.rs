@@ -822,16 +822,16 @@ pub fn validate_sm(req: &Request, facts: &ClusterView) -> Result<(), Denial> {
     }
 }
 
-/// Refuses a mapping whose entry would take the aggregated ConfigMap past its budget
-/// ([`cp_api::mapping::MAPPINGS_BUDGET_BYTES`]): the controller could not publish it (it keeps the last
-/// configuration that fitted), so it is refused here, saying why. A mapping that does not grow its entry
-/// is always admitted.
+/// Refuses a mapping whose entry would take the mappings past what their ConfigMaps can hold together
+/// ([`cp_api::mapping::MAPPINGS_TOTAL_BUDGET_BYTES`]): the controller could not publish it (it keeps
+/// the last configuration that fitted), so it is refused here, saying why. A mapping that does not
+/// grow its entry is always admitted.
 fn mapping_budget(
     name: &str,
     spec: &ServiceMappingSpec,
     facts: &ClusterView,
 ) -> Result<(), Denial> {
-    use cp_api::mapping::{MAPPINGS_BUDGET_BYTES, MAPPINGS_CONFIGMAP_OVERHEAD_BYTES, entry_bytes};
+    use cp_api::mapping::{MAPPING_SHARDS_MAX, MAPPINGS_TOTAL_BUDGET_BYTES, entry_bytes};
     let needed = entry_bytes(name, spec);
     let (used, old) = facts
         .service_mappings
@@ -839,20 +839,21 @@ fn mapping_budget(
     if needed <= old {
         return Ok(());
     }
-    let after = used - old + needed + MAPPINGS_CONFIGMAP_OVERHEAD_BYTES;
-    if after <= MAPPINGS_BUDGET_BYTES {
+    let after = used - old + needed;
+    if after <= MAPPINGS_TOTAL_BUDGET_BYTES {
         return Ok(());
     }
     Err((
         403,
         "Forbidden",
         format!(
-            "ServiceMapping {name} is refused: the ServiceMappings fill the {} KiB that ConfigMap {} \
-             can hold (a Kubernetes object is at most 1 MiB) and this one needs {needed} bytes of it; delete \
-             ServiceMappings you no longer need, or shorten their names and fields (the ConnectivityProxy's \
-             status says how full it is)",
-            MAPPINGS_BUDGET_BYTES / 1024,
-            cp_api::names::CONFIGMAP_SERVICE_MAPPINGS
+            "ServiceMapping {name} is refused: the ServiceMappings fill the {} KiB that the {MAPPING_SHARDS_MAX} \
+             ConfigMaps {}[-1…-{}] can hold (a Kubernetes object is at most 1 MiB) and this one needs {needed} \
+             bytes of it; delete ServiceMappings you no longer need, or shorten their names and fields (the \
+             ConnectivityProxy's status says how full they are)",
+            MAPPINGS_TOTAL_BUDGET_BYTES / 1024,
+            cp_api::names::CONFIGMAP_SERVICE_MAPPINGS,
+            MAPPING_SHARDS_MAX - 1,
         ),
     ))
 }

@@ -7,17 +7,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use cp_api::keys::ADOPTED_ANNOTATION;
 use cp_api::{ServiceMapping, names};
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 
-use crate::harness::mappings::{
-    IN_FLIGHT, aggregated, create_mappings, numbered_mappings, tcp_mapping,
-};
+use crate::harness::mappings::{IN_FLIGHT, create_mappings, numbered_mappings, tcp_mapping};
 use crate::harness::report::yes_no;
 use crate::harness::stats::{Percentiles, ms, per_second};
-use crate::harness::watch::{Watched, wait_until, watch_count, watch_one};
+use crate::harness::watch::{Watched, wait_until, watch_count};
 use crate::measure::controller::common::NS;
 
 /// One new mapping → in the aggregated ConfigMap with 10,000 present, p99 goal (issue #33).
@@ -47,8 +44,7 @@ pub struct Aggregation {
 
 /// Entries and bytes of the aggregated ConfigMap as the bench's watch sees it.
 fn watch_aggregated(admin: &Client) -> Watched<Option<(usize, usize)>> {
-    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), NS);
-    watch_one(cms, names::CONFIGMAP_SERVICE_MAPPINGS, aggregated)
+    crate::harness::mappings::watch_shards(Api::namespaced(admin.clone(), NS))
 }
 
 pub async fn aggregate(

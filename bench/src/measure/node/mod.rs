@@ -261,12 +261,12 @@ async fn wait_aggregated(admin: &Client, n: usize) -> anyhow::Result<()> {
         || {
             let cms = cms.clone();
             async move {
-                let cm = cms
-                    .get_opt(names::CONFIGMAP_SERVICE_MAPPINGS)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .ok_or("no ConfigMap yet")?;
-                let (entries, _) = aggregated(&cm);
+                let mut entries = 0;
+                for name in names::MAPPING_SHARD_CONFIGMAPS {
+                    if let Some(cm) = cms.get_opt(name).await.map_err(|e| e.to_string())? {
+                        entries += aggregated(&cm).0;
+                    }
+                }
                 if entries == n {
                     Ok(Some(()))
                 } else {
