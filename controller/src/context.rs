@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cp_api::{ConnectivityProxy, ServiceMapping};
+use cp_api::ConnectivityProxy;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::runtime::events::Recorder;
@@ -41,8 +41,8 @@ pub struct Ctx {
     pub recorder: Recorder,
     /// Every CRD in the cluster (dependency detection).
     pub crds: Store<CustomResourceDefinition>,
-    /// Every ServiceMapping.
-    pub mappings: Store<ServiceMapping>,
+    /// Every ServiceMapping, as the controller keeps it (`crate::mappings::watch`).
+    pub mappings: Arc<std::sync::RwLock<crate::mappings::MappingState>>,
     /// Every ConnectivityProxy.
     pub proxies: Store<ConnectivityProxy>,
     /// ConfigMap `kube-system/shoot-info` (the cluster domain), watched.

@@ -53,7 +53,7 @@ pub struct DeletionPlan {
 /// The deletion of a CR with `finalizers`, from the ServiceMappings and the managed objects in
 /// `facts`; a blocked deletion is looked at again after `resync`.
 pub fn plan_deletion(finalizers: &[String], facts: &Facts, resync: Duration) -> DeletionPlan {
-    let mut mappings: Vec<String> = facts.mappings.iter().map(|m| m.name_any()).collect();
+    let mut mappings: Vec<&str> = facts.mappings.names().collect();
     if !finalizers.iter().any(|f| f == names::FINALIZER) {
         return DeletionPlan {
             steps: vec![],
@@ -181,7 +181,7 @@ mod tests {
     /// Facts with these ServiceMappings and no managed objects.
     fn with_mappings(names: Vec<String>) -> Facts {
         let mut facts = Facts::not_installed(None, Default::default());
-        facts.mappings = names
+        let mappings: Vec<std::sync::Arc<cp_api::ServiceMapping>> = names
             .into_iter()
             .map(|n| {
                 std::sync::Arc::new(
@@ -194,6 +194,7 @@ mod tests {
                 )
             })
             .collect();
+        facts.mappings = crate::mappings::MappingFacts::of_objects(&mappings, 1);
         facts
     }
 

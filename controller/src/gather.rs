@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use cp_api::{ConnectivityProxy, ServiceMapping, names};
+use cp_api::{ConnectivityProxy, names};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::DynamicObject;
@@ -20,6 +20,7 @@ use crate::cache::{Key, typed};
 use crate::certificates::tunnel::{self, Provider, TunnelCertSettings};
 use crate::context::Ctx;
 use crate::desired::{self, Kind};
+use crate::mappings::MappingFacts;
 
 /// Which optional APIs the cluster serves.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -71,8 +72,8 @@ pub struct Facts {
     pub apis: Apis,
     /// `data.domain` of `kube-system/shoot-info`.
     pub cluster_domain: Option<String>,
-    /// Every ServiceMapping.
-    pub mappings: Vec<Arc<ServiceMapping>>,
+    /// The ServiceMappings: published, in conflict, and split into the proxy's shards.
+    pub mappings: MappingFacts,
     /// The CR's ServiceBinding (auto-provision).
     pub binding: Option<DynamicObject>,
     /// The Secret the service key is read from ([`crate::btp::key_source`]).
@@ -119,7 +120,7 @@ impl Facts {
             migration: None,
             apis,
             cluster_domain: None,
-            mappings: vec![],
+            mappings: MappingFacts::default(),
             binding: None,
             key_secret: None,
             service_key: Ok(crate::btp::Outcome::default()),
@@ -180,7 +181,7 @@ impl Facts {
         desired::ClusterFacts {
             cluster_domain: self.cluster_domain.clone(),
             service_mapping_count: self.mappings.len(),
-            service_mappings: self.mappings.iter().take(3).map(|m| m.name_any()).collect(),
+            service_mappings: self.mappings.names().take(3).map(String::from).collect(),
             binding_subaccount_id: key.and_then(|k| k.subaccount_id.clone()),
             binding_subaccount_subdomain: key.and_then(|k| k.subaccount_subdomain.clone()),
         }
@@ -211,6 +212,15 @@ pub fn same(a: &ConnectivityProxy, b: &ConnectivityProxy) -> bool {
         || (a.namespace() == b.namespace() && a.name_any() == b.name_any())
 }
 
+/// The mappings from the state the watch keeps, split for the shard ConfigMaps among `owned`.
+fn mapping_facts(ctx: &Ctx, owned: &BTreeMap<Key, DynamicObject>, ns: &str) -> MappingFacts {
+    let state = ctx
+        .mappings
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    MappingFacts::of(&state, crate::mappings::live_shards(owned, ns))
+}
+
 /// Gathers the facts for `cr`. Reads come from the caches; the API is read only for what a cache does
 /// not hold yet, and the Connectivity CA endpoint only when its CA is due.
 #[tracing::instrument(skip_all)]
@@ -221,8 +231,8 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
     if cr.meta().deletion_timestamp.is_some() {
         // Being deleted: what the deletion decides from, the mappings and the managed objects.
         let mut facts = Facts::not_installed(None, apis);
-        facts.mappings = ctx.mappings.state();
         owned(cr, ctx, &mut facts).await?;
+        facts.mappings = mapping_facts(ctx, &facts.owned, &ns);
         return Ok(facts);
     }
     let other_primary = primary(ctx)
@@ -268,7 +278,6 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         legacy_statefulset,
         migration,
         cluster_domain: cluster_domain(ctx),
-        mappings: ctx.mappings.state(),
         binding,
         key_secret,
         auditlog_secret,
@@ -277,6 +286,7 @@ pub async fn gather(cr: &ConnectivityProxy, ctx: &Ctx) -> Result<Facts, Error> {
         ..Facts::not_installed(other_primary, apis)
     };
     owned(cr, ctx, &mut facts).await?;
+    facts.mappings = mapping_facts(ctx, &facts.owned, &ns);
     facts.resolve_service_key(cr);
     tunnel_and_ca(cr, ctx, &mut facts).await?;
     if facts

@@ -6,7 +6,9 @@ use std::sync::Mutex;
 
 use cp_api::{ConnectivityProxy, State};
 use kube::ResourceExt;
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts};
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+};
 
 /// Histograms (their series carry suffixes).
 const HISTOGRAMS: [&str; 1] = ["cp_controller_reconcile_duration_seconds"];
@@ -35,6 +37,8 @@ pub struct Metrics {
     pub service_mapping_budget_bytes: IntGauge,
     /// `cp_controller_service_mapping_shards`: the ConfigMaps the mappings are split across.
     pub service_mapping_shards: IntGauge,
+    /// `cp_controller_service_mapping_changes_total`: watch events that changed a mapping's record.
+    pub service_mapping_changes: IntCounter,
     /// `cp_controller_foreign_secret_watches`: watches open on Secrets the operator reads but does not
     /// manage (bounded by `cache::MAX_FOREIGN_WATCHES`).
     pub foreign_secret_watches: IntGauge,
@@ -202,6 +206,10 @@ impl Metrics {
             "cp_controller_service_mapping_shards",
             "ConfigMaps the published ServiceMappings are split across (connectivity-proxy-service-mappings and its shards).",
         )?;
+        let service_mapping_changes = IntCounter::new(
+            "cp_controller_service_mapping_changes_total",
+            "ServiceMapping watch events that changed what the controller keeps of a mapping (each costs one record, not a pass over all of them).",
+        )?;
         let foreign_secret_watches = IntGauge::new(
             "cp_controller_foreign_secret_watches",
             "Watches open on Secrets the operator reads but does not manage (a user's service key, a tunnel Secret issued by Gardener or cert-manager).",
@@ -257,6 +265,7 @@ impl Metrics {
             Box::new(service_mapping_bytes.clone()),
             Box::new(service_mapping_budget_bytes.clone()),
             Box::new(service_mapping_shards.clone()),
+            Box::new(service_mapping_changes.clone()),
             Box::new(foreign_secret_watches.clone()),
             Box::new(cert_expiry.clone()),
             Box::new(cert_rotations.clone()),
@@ -284,6 +293,7 @@ impl Metrics {
             service_mapping_bytes,
             service_mapping_budget_bytes,
             service_mapping_shards,
+            service_mapping_changes,
             foreign_secret_watches,
             cert_expiry,
             cert_rotations,

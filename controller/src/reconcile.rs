@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cp_api::ConnectivityProxy;
+use kube::ResourceExt;
 use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
 
 use crate::Error;
 use crate::context::Ctx;
@@ -54,7 +54,7 @@ pub async fn reconcile(cr: Arc<ConnectivityProxy>, ctx: Arc<Ctx>) -> Result<Acti
         .observe(start.elapsed().as_secs_f64());
     ctx.metrics
         .service_mappings
-        .set(ctx.mappings.state().len() as i64);
+        .set(ctx.mappings.read().map_or(0, |s| s.len()) as i64);
     tracing::debug!(result = ?result, elapsed = ?start.elapsed(), "reconcile finished");
     if result.is_ok()
         && let Ok(mut f) = ctx.failures.lock()
@@ -301,7 +301,10 @@ async fn report_unproven(ctx: &Ctx, cr: &ConnectivityProxy, unproven: &[String])
 /// state writes no Events. A conflict that is resolved and comes back is reported again.
 async fn report_conflicts(ctx: &Ctx, conflicts: &[crate::mappings::Conflict]) {
     let id = |c: &crate::mappings::Conflict| {
-        let uid = |m: &cp_api::ServiceMapping| m.uid().unwrap_or_else(|| m.name_any());
+        let uid = |m: &crate::mappings::Mapping| match &*m.uid {
+            "" => m.name().to_string(),
+            uid => uid.to_string(),
+        };
         (uid(&c.loser), uid(&c.winner))
     };
     let new: Vec<&crate::mappings::Conflict> = match ctx.reported_conflicts.lock() {
@@ -317,15 +320,15 @@ async fn report_conflicts(ctx: &Ctx, conflicts: &[crate::mappings::Conflict]) {
         Err(_) => return,
     };
     for c in new {
-        tracing::warn!(mapping = %c.loser.name_any(), older = %c.winner.name_any(), "duplicate ServiceMapping not published");
+        tracing::warn!(mapping = %c.loser.name(), older = %c.winner.name(), "duplicate ServiceMapping not published");
         let event = kube::runtime::events::Event {
             type_: kube::runtime::events::EventType::Warning,
             reason: Reason::DuplicateServiceMapping.into(),
             note: Some(status::truncate(&c.message(), 1000)),
             action: "Publish".into(),
-            secondary: Some(c.winner.object_ref(&())),
+            secondary: Some(c.winner.object_ref()),
         };
-        status::publish(ctx, &event, &c.loser.object_ref(&())).await;
+        status::publish(ctx, &event, &c.loser.object_ref()).await;
     }
 }
 

@@ -148,10 +148,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         watcher::Config::default(),
         crate::cache::slim_crd,
     );
-    let (mappings, mapping_stream) =
-        reflected::<ServiceMapping>(Api::all(client.clone()), watcher::Config::default(), |m| {
-            cp_api::slim_for_cache(&mut m.metadata)
-        });
+    // The mappings are kept as compact records, changed one event at a time (`crate::mappings`).
+    let mappings = Arc::new(std::sync::RwLock::new(crate::mappings::MappingState::new()));
+    let (mappings_synced, mut mappings_listed) = tokio::sync::watch::channel(false);
     // Only the module's namespace is reconciled and cached in full: a CR elsewhere (any namespace's
     // editor may create one) is seen through its metadata alone (`crate::outside`).
     let controller = Controller::new(
@@ -165,6 +164,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // labels: drift anywhere is repaired within seconds, and a steady reconcile reads nothing but its CR.
     let (trigger, triggered) = futures::channel::mpsc::channel::<ObjectRef<ConnectivityProxy>>(256);
     let wake = trigger.clone();
+    tokio::spawn(crate::mappings::watch::run(
+        Api::<ServiceMapping>::all(client.clone()),
+        mappings.clone(),
+        mappings_synced,
+        trigger.clone(),
+        proxies.clone(),
+        metrics.service_mapping_changes.clone(),
+    ));
     let cache = crate::cache::Cache::start(client.clone(), crds.clone(), proxies.clone(), trigger);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
@@ -226,11 +233,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
         }
     };
-    let (all_for_crd, all_for_mapping, all_for_shoot) = (
-        all(proxies.clone()),
-        all(proxies.clone()),
-        all(proxies.clone()),
-    );
+    let (all_for_crd, all_for_shoot) = (all(proxies.clone()), all(proxies.clone()));
     let relevant_crd = |name: &str| {
         names::ISTIO_CRDS.contains(&name)
             || names::BTP_CRDS.contains(&name)
@@ -267,10 +270,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // The stores decisions depend on: which CRDs exist (dependencies), which ServiceMappings exist
     // (aggregation, blocked deletion) and shoot-info (the cluster domain). The CR store feeds the
     // reconciles themselves; the managed caches confirm absence with the API until they have listed.
-    let (c, m, s) = (crds.clone(), mappings.clone(), ctx.shoot_info.clone());
+    let (c, s) = (crds.clone(), ctx.shoot_info.clone());
     tokio::spawn(async move {
         let _ = c.wait_until_ready().await;
-        let _ = m.wait_until_ready().await;
+        let _ = mappings_listed.wait_for(|listed| *listed).await;
         let _ = s.wait_until_ready().await;
         ready_flag.store(true, std::sync::atomic::Ordering::SeqCst);
     });
@@ -283,7 +286,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 vec![]
             }
         })
-        .watches_stream(mapping_stream, move |_| all_for_mapping())
         .watches_stream(shoot_info, move |_| all_for_shoot());
     let run = controller
         .reconcile_on(triggered)

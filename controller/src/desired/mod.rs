@@ -216,14 +216,15 @@ pub fn object(
     }
 }
 
-/// [`desired_with`] the mappings in one shard (the single ConfigMap, as long as they fit into it).
+/// [`desired_with`] the mappings (the oldest of each key) in one shard (the single ConfigMap, as long
+/// as they fit into it).
 pub fn desired(
     cr: &ConnectivityProxy,
     resolved: &Resolved,
     mappings: &[std::sync::Arc<ServiceMapping>],
 ) -> Vec<Desired> {
-    let one = [config::service_mappings_json(mappings)];
-    desired_with(cr, resolved, mappings, &one)
+    let facts = crate::mappings::MappingFacts::of_objects(mappings, 1);
+    desired_with(cr, resolved, &facts.published, &facts.shards)
 }
 
 /// Everything the controller applies for `cr`, given the resolved values, the published mappings and
@@ -232,8 +233,8 @@ pub fn desired(
 pub fn desired_with(
     cr: &ConnectivityProxy,
     resolved: &Resolved,
-    mappings: &[std::sync::Arc<ServiceMapping>],
-    shards: &[String],
+    mappings: &[std::sync::Arc<crate::mappings::Mapping>],
+    shards: &[std::sync::Arc<str>],
 ) -> Vec<Desired> {
     let ns = cr.namespace().unwrap_or_else(|| names::KYMA_SYSTEM.into());
     let mut out = Vec::new();

@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 
-use cp_api::{ConnectivityProxy, ServiceMapping, keys, names};
+use cp_api::{ConnectivityProxy, keys, names};
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
     NetworkPolicyPort, NetworkPolicySpec,
@@ -156,7 +156,7 @@ pub(super) fn objects(
     cr: &ConnectivityProxy,
     ns: &str,
     proxy_ports: &[i32],
-    mappings: &[std::sync::Arc<ServiceMapping>],
+    mappings: &[std::sync::Arc<crate::mappings::Mapping>],
 ) -> Vec<Desired> {
     if disabled(cr) {
         return Vec::new();
@@ -271,7 +271,7 @@ pub(super) fn objects(
 pub const MAX_CHANNEL_PORTS: usize = 64;
 
 /// The ports the ServiceMappings' service channels dial (`spec.internalAddress`), sorted, distinct.
-pub fn channel_ports(mappings: &[std::sync::Arc<ServiceMapping>]) -> Vec<i32> {
+pub fn channel_ports(mappings: &[std::sync::Arc<crate::mappings::Mapping>]) -> Vec<i32> {
     let mut ports: Vec<i32> = mappings
         .iter()
         .filter_map(|m| cp_api::validation::parse_host_port(&m.spec.internal_address).ok())
@@ -289,7 +289,7 @@ pub fn channel_ports(mappings: &[std::sync::Arc<ServiceMapping>]) -> Vec<i32> {
 /// as Services reach pods after the Service's translation).
 fn proxy_egress_rules(
     cr: &ConnectivityProxy,
-    mappings: &[std::sync::Arc<ServiceMapping>],
+    mappings: &[std::sync::Arc<crate::mappings::Mapping>],
 ) -> Vec<NetworkPolicyEgressRule> {
     let istiod = NetworkPolicyPeer {
         namespace_selector: Some(labels(&[(

@@ -228,8 +228,11 @@ fn gateway_port_and_mapping_endpoints_agree_for_any_external_port() {
             ["number"]
             .as_i64()
             .expect("gateway port");
-        let advertised =
-            crate::mappings::endpoint(&mapping, &r, cp_api::validation::external_port(&c.spec));
+        let advertised = crate::mappings::endpoint(
+            &crate::mappings::Mapping::of(&mapping),
+            &r,
+            cp_api::validation::external_port(&c.spec),
+        );
         assert_eq!(served, i64::from(port.unwrap_or(443)));
         assert!(
             advertised.ends_with(&format!(":{served}/erp")),

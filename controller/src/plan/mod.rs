@@ -105,7 +105,7 @@ pub struct Install {
     /// The tunnel certificate (metrics).
     pub tunnel: Tunnel,
     /// The ServiceMappings published (the oldest of each key).
-    pub published: Vec<std::sync::Arc<cp_api::ServiceMapping>>,
+    pub published: Vec<std::sync::Arc<crate::mappings::Mapping>>,
     /// The ServiceMappings left out because an older one has the same key.
     pub conflicts: Vec<crate::mappings::Conflict>,
     /// How many ConfigMaps the published mappings are split across.
@@ -366,9 +366,8 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         .and_then(|d| serde_json::from_value(d.body.clone()).ok())
         .or_else(|| facts.tunnel_tls.clone());
     resolved.secrets_hash = secrets_hash(tls.as_ref(), key.key.as_ref());
-    let (published, conflicts) = crate::mappings::unique(&facts.mappings);
-    let shards = crate::mappings::shards(cr, facts, &published);
-    let mut objects = desired::desired_with(cr, &resolved, &published, &shards.texts);
+    let mappings = &facts.mappings;
+    let mut objects = desired::desired_with(cr, &resolved, &mappings.published, &mappings.shards);
     objects.extend(tunnel.objects.iter().cloned());
     objects.extend(key.objects.iter().cloned());
     let (ca_object, ca_problem, keep_ca) = connectivity_ca_object(cr, &resolved, facts);
@@ -399,13 +398,13 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         passed: &passed,
         resolved: &resolved,
         facts,
-        mappings_bytes: shards.bytes,
+        mappings_bytes: mappings.bytes,
         overfull: &overfull,
         ca_problem,
         auditlog_problem,
         key_waiting: key.waiting.clone(),
-        published: published.len(),
-        conflicts: &conflicts,
+        published: mappings.published.len(),
+        conflicts: &mappings.conflicts,
         statefulset_written: false,
         renew_at: tunnel.renew_at,
         resync,
@@ -425,10 +424,10 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         requeue,
         resolved,
         tunnel,
-        published,
-        conflicts,
-        mapping_shards: shards.texts.len(),
-        mapping_bytes: shards.bytes,
+        published: mappings.published.clone(),
+        conflicts: mappings.conflicts.clone(),
+        mapping_shards: mappings.shards.len(),
+        mapping_bytes: mappings.bytes,
         unproven: facts.unproven.iter().map(crate::cache::describe).collect(),
     }))
 }

@@ -106,6 +106,13 @@ fn mk_mapping(i: usize) -> Arc<ServiceMapping> {
     )
 }
 
+/// Facts `f` with these ServiceMappings, split as the gather splits them (the live shard ConfigMaps
+/// among `f.owned`).
+fn set_mappings(f: &mut Facts, mappings: Vec<Arc<ServiceMapping>>) {
+    let live = crate::mappings::live_shards(&f.owned, "kyma-system");
+    f.mappings = crate::mappings::MappingFacts::of_objects(&mappings, live);
+}
+
 /// The key of object `name` of `kind` in kyma-system.
 fn in_kyma_system(kind: Kind, name: &str) -> Key {
     (kind, Some("kyma-system".into()), name.to_string())
@@ -131,7 +138,7 @@ impl TestFacts {
                 ..Apis::default()
             },
             cluster_domain: Some(DOMAIN.into()),
-            mappings: vec![],
+            mappings: Default::default(),
             binding: Some(mk_binding(Some(true))),
             key_secret: Some(mk_key_secret(true)),
             service_key: Ok(crate::btp::Outcome::default()),
@@ -694,7 +701,7 @@ fn mappings_near_the_budget_of_all_shards_warn_and_everything_is_still_applied()
             .map(|i| mk_big_mapping(&format!("m-{i:05}")))
             .collect()
     };
-    let facts = TestFacts::ready().with(|f| f.mappings = many(5600));
+    let facts = TestFacts::ready().with(|f| set_mappings(f, many(5600)));
     let first = install(run(&cr, &facts));
     assert_eq!(first.mapping_shards, 16);
     assert_eq!(shard_writes(&first).len(), 16, "every shard is written");
@@ -717,7 +724,7 @@ fn mappings_near_the_budget_of_all_shards_warn_and_everything_is_still_applied()
         i.status.description
     );
     // Below 80 %: Ready.
-    let facts = TestFacts::ready().with(|f| f.mappings = many(4000));
+    let facts = TestFacts::ready().with(|f| set_mappings(f, many(4000)));
     let i = install(run(&cr, &facts.applied(&cr)));
     assert_eq!(i.status.state, State::Ready, "{}", i.status.description);
 }
@@ -731,8 +738,8 @@ fn a_shard_that_does_not_fit_keeps_its_last_configmap() {
         .filter(|n| cp_api::mapping::shard_of(n, 2) == 0)
         .take(520)
         .collect();
-    let facts =
-        TestFacts::ready().with(|f| f.mappings = names.iter().map(|n| mk_big_mapping(n)).collect());
+    let facts = TestFacts::ready()
+        .with(|f| set_mappings(f, names.iter().map(|n| mk_big_mapping(n)).collect()));
     let i = install(run(&cr, &facts));
     assert_eq!(i.mapping_shards, 2);
     assert_eq!(
@@ -795,7 +802,7 @@ fn names_in_shards(i: &Install) -> Vec<String> {
 fn mappings_past_one_configmap_are_split_and_one_change_rewrites_one_shard() {
     let cr = mk_default_cr();
     let mappings: Vec<Arc<ServiceMapping>> = (0..7000).map(mk_mapping).collect();
-    let facts = TestFacts::ready().with(|f| f.mappings = mappings.clone());
+    let facts = TestFacts::ready().with(|f| set_mappings(f, mappings.clone()));
     let i = install(run(&cr, &facts));
     assert_eq!(i.mapping_shards, 2, "{} bytes", i.mapping_bytes);
     assert_eq!(
@@ -818,7 +825,9 @@ fn mappings_past_one_configmap_are_split_and_one_change_rewrites_one_shard() {
         shard_writes(&install(run(&cr, &applied))),
         Vec::<&str>::new()
     );
-    let more = TestFacts(applied.0.clone()).with(|f| f.mappings.push(mk_mapping(7000)));
+    let mut plus_one = mappings.clone();
+    plus_one.push(mk_mapping(7000));
+    let more = TestFacts(applied.0.clone()).with(|f| set_mappings(f, plus_one));
     let one = install(run(&cr, &more));
     let shard = cp_api::mapping::shard_of(&mk_mapping(7000).name_any(), 2);
     assert_eq!(
@@ -827,7 +836,7 @@ fn mappings_past_one_configmap_are_split_and_one_change_rewrites_one_shard() {
     );
     assert!(one.prune.is_empty());
     // Thinned out below half of one ConfigMap: one shard again, the other pruned.
-    let fewer = TestFacts(applied.0.clone()).with(|f| f.mappings.truncate(2000));
+    let fewer = TestFacts(applied.0.clone()).with(|f| set_mappings(f, mappings[..2000].to_vec()));
     let back = install(run(&cr, &fewer));
     assert_eq!(back.mapping_shards, 1);
     assert_eq!(shard_writes(&back), vec![names::CONFIGMAP_SERVICE_MAPPINGS]);
@@ -1014,7 +1023,7 @@ fn duplicate_mappings_publish_only_the_oldest_and_warn() {
         mk_mapping_at("m-case", "2026-01-03T00:00:00Z", " SUB-1 ", "ERP\t"),
         mk_mapping_at("other", "2026-01-04T00:00:00Z", "sub-1", "crm"),
     ];
-    let facts = TestFacts::ready().with(|f| f.mappings = mappings);
+    let facts = TestFacts::ready().with(|f| set_mappings(f, mappings));
     let i = install(run(&cr, &facts));
     assert_eq!(published(&i), vec!["other", "z-oldest"]);
     assert_eq!(

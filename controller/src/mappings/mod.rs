@@ -6,18 +6,21 @@
 //! deleted). [`unique`] resolves them the same way every time: the oldest wins, the others are not
 //! published and are reported.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use cp_api::mapping::{MappingKeyRef, mapping_key_ref};
-use cp_api::{ConnectivityProxy, ServiceMapping, names};
-use kube::ResourceExt;
-use kube::api::{Api, Patch};
+use cp_api::ServiceMapping;
+use cp_api::names;
+use kube::api::{Api, DynamicObject, Patch};
 
 use crate::Error;
 use crate::desired::{Kind, Resolved};
-use crate::gather::Facts;
 use crate::writer::Partial;
+
+pub mod state;
+pub mod watch;
+
+pub use state::{Mapping, MappingState};
 
 /// The aggregated ConfigMap must stay below the 1 MiB object limit; this leaves room for metadata.
 pub const MAX_CONFIGMAP_BYTES: usize = cp_api::mapping::MAPPINGS_BUDGET_BYTES;
@@ -34,15 +37,15 @@ struct Endpoint {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Conflict {
     /// The mapping left out.
-    pub loser: Arc<ServiceMapping>,
+    pub loser: Arc<Mapping>,
     /// The older mapping published under the same key.
-    pub winner: Arc<ServiceMapping>,
+    pub winner: Arc<Mapping>,
 }
 
 impl Conflict {
     /// What is wrong and what to do, naming both mappings (never their content beyond the key).
     pub fn message(&self) -> String {
-        let (loser, winner) = (self.loser.name_any(), self.winner.name_any());
+        let (loser, winner) = (self.loser.name(), self.winner.name());
         let s = &self.winner.spec;
         format!(
             "ServiceMapping {loser} is not published: the older ServiceMapping {winner} has the same type {} \
@@ -55,101 +58,72 @@ impl Conflict {
     }
 }
 
-/// Age order: creationTimestamp (a mapping without one last), then name, then uid. Borrowed: a
-/// reconcile compares thousands of these.
-fn age(m: &ServiceMapping) -> (bool, Option<k8s_openapi::jiff::Timestamp>, &str, &str) {
-    let created = m.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    (
-        created.is_none(),
-        created,
-        name(m),
-        m.metadata.uid.as_deref().unwrap_or_default(),
-    )
-}
-
-fn name(m: &ServiceMapping) -> &str {
-    m.metadata
-        .name
-        .as_deref()
-        .or(m.metadata.generate_name.as_deref())
-        .unwrap_or_default()
-}
-
-/// Splits `mappings` into those published (the oldest of each [`MappingKey`], in input order) and
-/// the conflicts of the others (sorted by the losing mapping's name). Pure, and linear in the
-/// number of mappings: one pass finds the oldest of each key, nothing is sorted but the conflicts.
-///
-/// [`MappingKey`]: cp_api::mapping::MappingKey
-pub fn unique(mappings: &[Arc<ServiceMapping>]) -> (Vec<Arc<ServiceMapping>>, Vec<Conflict>) {
-    let keys: Vec<MappingKeyRef> = mappings.iter().map(|m| mapping_key_ref(&m.spec)).collect();
-    let mut oldest: HashMap<&MappingKeyRef, usize> = HashMap::with_capacity(keys.len());
-    for (i, key) in keys.iter().enumerate() {
-        match oldest.entry(key) {
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(i);
-            }
-            std::collections::hash_map::Entry::Occupied(mut e) => {
-                if age(&mappings[i]) < age(&mappings[*e.get()]) {
-                    e.insert(i);
-                }
-            }
-        }
-    }
-    if oldest.len() == mappings.len() {
-        return (mappings.to_vec(), Vec::new());
-    }
-    let mut published = Vec::with_capacity(oldest.len());
-    let mut conflicts = Vec::new();
-    for (i, (m, key)) in mappings.iter().zip(&keys).enumerate() {
-        match oldest.get(key) {
-            Some(&w) if w != i => conflicts.push(Conflict {
-                loser: m.clone(),
-                winner: mappings[w].clone(),
-            }),
-            _ => published.push(m.clone()),
-        }
-    }
-    conflicts.sort_by(|a, b| name(&a.loser).cmp(name(&b.loser)));
-    (published, conflicts)
-}
-
-/// The published mappings as the proxy's files: the text of each shard, and their bytes together.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Shards {
-    /// The JSON list of each shard, index by index ([`cp_api::names::MAPPING_SHARD_CONFIGMAPS`]).
-    pub texts: Vec<String>,
-    /// The bytes of all entries ([`cp_api::mapping::entry_bytes`] summed).
+/// The ServiceMappings as a reconcile decides from them: taken from the [`MappingState`] the watch
+/// keeps (`gather`), the shards already split for the count the live shard ConfigMaps call for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MappingFacts {
+    /// The published mappings (the oldest of each key).
+    pub published: Vec<Arc<Mapping>>,
+    /// The mappings left out because an older one has the same key, sorted by the loser's name.
+    pub conflicts: Vec<Conflict>,
+    /// The bytes of the published entries together ([`cp_api::mapping::entry_bytes`] summed).
     pub bytes: usize,
+    /// The text of each shard ([`cp_api::mapping::shards_for`] of [`Self::bytes`] and the live count).
+    pub shards: Vec<Arc<str>>,
 }
 
-/// Splits the `published` mappings across as many shards as their size needs, given the shard
-/// ConfigMaps of `cr` that exist ([`cp_api::mapping::shards_for`]: the count does not flap).
-pub fn shards(cr: &ConnectivityProxy, facts: &Facts, published: &[Arc<ServiceMapping>]) -> Shards {
-    let ns = cr.namespace().unwrap_or_else(|| names::KYMA_SYSTEM.into());
-    let live = names::MAPPING_SHARD_CONFIGMAPS
-        .iter()
-        .rposition(|n| {
-            let key = (Kind::ConfigMap, Some(ns.clone()), n.to_string());
-            facts.owned.contains_key(&key)
-        })
-        .map_or(1, |i| i + 1);
-    let bytes = published
-        .iter()
-        .map(|m| cp_api::mapping::entry_bytes(name(m), &m.spec))
-        .sum();
-    let count = cp_api::mapping::shards_for(bytes, live);
-    Shards {
-        texts: cp_api::mapping::service_mappings_shards(published, count),
-        bytes,
+impl MappingFacts {
+    /// The facts of `state`, split for `live` shard ConfigMaps existing now.
+    pub fn of(state: &MappingState, live: usize) -> Self {
+        let bytes = state.published_bytes();
+        let count = cp_api::mapping::shards_for(bytes, live);
+        Self {
+            published: state.published(),
+            conflicts: state.conflicts(),
+            bytes,
+            shards: state.shards(count),
+        }
     }
+
+    /// The facts of `mappings` with `live` shard ConfigMaps (tests; the controller keeps a state).
+    pub fn of_objects(mappings: &[Arc<cp_api::ServiceMapping>], live: usize) -> Self {
+        Self::of(&MappingState::of(mappings.iter().map(|m| &**m)), live)
+    }
+
+    /// How many mappings exist, published or not.
+    pub fn len(&self) -> usize {
+        self.published.len() + self.conflicts.len()
+    }
+
+    /// Whether none exists.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every mapping's name, published or not, unsorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.published
+            .iter()
+            .map(|m| m.name())
+            .chain(self.conflicts.iter().map(|c| c.loser.name()))
+    }
+}
+
+/// The mapping shard ConfigMaps of namespace `ns` among `owned` (the highest index plus one; one
+/// at least): the count [`cp_api::mapping::shards_for`] starts from, so that it does not flap.
+pub fn live_shards(owned: &BTreeMap<crate::cache::Key, DynamicObject>, ns: &str) -> usize {
+    names::MAPPING_SHARD_CONFIGMAPS
+        .iter()
+        .rposition(|n| owned.contains_key(&(Kind::ConfigMap, Some(ns.to_string()), n.to_string())))
+        .map_or(1, |i| i + 1)
 }
 
 /// Where on-premise systems reach a mapping: `<protocol>://<tunnel host>:<port>/<serviceId>`.
-pub fn endpoint(m: &ServiceMapping, resolved: &Resolved, port: i32) -> String {
+pub fn endpoint(m: &Mapping, resolved: &Resolved, port: i32) -> String {
     endpoint_on(m, &resolved.external_host, port)
 }
 
-fn endpoint_on(m: &ServiceMapping, host: &str, port: i32) -> String {
+fn endpoint_on(m: &Mapping, host: &str, port: i32) -> String {
     format!(
         "{}://{host}:{port}/{}",
         m.spec.kind.as_str().to_lowercase(),
@@ -158,7 +132,7 @@ fn endpoint_on(m: &ServiceMapping, host: &str, port: i32) -> String {
 }
 
 /// Whether `have` is the [`endpoint`] of `m` on `host` and `port`.
-fn is_endpoint(have: &str, m: &ServiceMapping, host: &str, port: &str) -> bool {
+fn is_endpoint(have: &str, m: &Mapping, host: &str, port: &str) -> bool {
     let kind = m.spec.kind.as_str();
     let protocol_matches = have
         .get(..kind.len())
@@ -182,8 +156,8 @@ const PARALLEL_WRITES: usize = 16;
 /// duplicate) is taken over too but advertises no endpoint. Returns how many writes it made.
 pub async fn reconcile_mappings(
     writer: &crate::writer::Writer,
-    published: &[Arc<ServiceMapping>],
-    unpublished: &[Arc<ServiceMapping>],
+    published: &[Arc<Mapping>],
+    unpublished: &[Arc<Mapping>],
     resolved: &Resolved,
     port: i32,
 ) -> Result<usize, Error> {
@@ -195,13 +169,14 @@ pub async fn reconcile_mappings(
     // mappings none does, and a future per mapping cost more than the comparison.
     // The endpoints are compared piece by piece: formatting 10,000 of them per reconcile to find
     // that none changed cost more than the rest of the comparison.
-    let mut all: Vec<(Arc<ServiceMapping>, Option<String>)> = Vec::new();
+    let mut all: Vec<(Arc<Mapping>, Option<String>)> = Vec::new();
     let port_text = port.to_string();
     for m in published {
-        let current = m.status.as_ref().and_then(|s| s.endpoint.as_deref());
-        let advertised =
-            current.is_some_and(|have| is_endpoint(have, m, &resolved.external_host, &port_text));
-        if !(advertised && taken_over(m)) {
+        let advertised = m
+            .endpoint
+            .as_deref()
+            .is_some_and(|have| is_endpoint(have, m, &resolved.external_host, &port_text));
+        if !(advertised && m.taken_over) {
             all.push((m.clone(), Some(endpoint(m, resolved, port))));
         }
     }
@@ -223,35 +198,30 @@ pub async fn reconcile_mappings(
 }
 
 /// Whether mapping `m` is taken over (label and annotation) and advertises `want` as its endpoint.
-fn up_to_date(m: &ServiceMapping, want: Option<&str>) -> bool {
-    taken_over(m) && m.status.as_ref().and_then(|s| s.endpoint.as_deref()) == want
-}
-
-fn taken_over(m: &ServiceMapping) -> bool {
-    m.labels().get(names::LABEL_MODULE).map(String::as_str) == Some(names::MODULE_VALUE)
-        && m.annotations().contains_key(ADOPTED_ANNOTATION)
+fn up_to_date(m: &Mapping, want: Option<&str>) -> bool {
+    m.taken_over && m.endpoint.as_deref() == want
 }
 
 async fn reconcile_one(
     writer: &crate::writer::Writer,
     api: &Api<ServiceMapping>,
-    m: &ServiceMapping,
+    m: &Mapping,
     want: Option<String>,
 ) -> Result<usize, Error> {
     let mut writes = 0;
-    let name = m.name_any();
-    if !taken_over(m) {
+    let name = m.name();
+    if !m.taken_over {
         // Only metadata: the spec stays the user's.
         let meta = kube::api::ObjectMeta {
             labels: Some([(names::LABEL_MODULE.into(), names::MODULE_VALUE.into())].into()),
             annotations: Some([(ADOPTED_ANNOTATION.into(), names::MANAGED_BY_VALUE.into())].into()),
             ..Default::default()
         };
-        let body = Partial::<Endpoint>::of::<ServiceMapping>(&name, meta, None);
+        let body = Partial::<Endpoint>::of::<ServiceMapping>(name, meta, None);
         writer
             .write(
                 api,
-                &name,
+                name,
                 &Patch::Apply(&body),
                 "taking the ServiceMapping over",
             )
@@ -259,12 +229,11 @@ async fn reconcile_one(
             .map_err(|e| Error::kube(format!("taking over ServiceMapping {name}"), e))?;
         writes += 1;
     }
-    let have = m.status.as_ref().and_then(|s| s.endpoint.as_deref());
-    if have == want.as_deref() {
+    if m.endpoint.as_deref() == want.as_deref() {
         return Ok(writes);
     }
     let body = Partial::of::<ServiceMapping>(
-        &name,
+        name,
         Default::default(),
         Some(Endpoint {
             endpoint: want.clone(),
@@ -279,7 +248,7 @@ async fn reconcile_one(
         ),
     };
     let result = writer
-        .write_part(api, crate::writer::Part::Status, &name, &patch, why)
+        .write_part(api, crate::writer::Part::Status, name, &patch, why)
         .await;
     result.map_err(|e| Error::kube(format!("writing the endpoint of ServiceMapping {name}"), e))?;
     Ok(writes + 1)
@@ -290,25 +259,23 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn m(name: &str, created: Option<&str>, uid: &str, service: &str) -> Arc<ServiceMapping> {
+    fn m(name: &str, created: Option<&str>, uid: &str, service: &str) -> ServiceMapping {
         let mut meta = json!({"name": name, "uid": uid});
         if let Some(c) = created {
             meta["creationTimestamp"] = json!(c);
         }
-        Arc::new(
-            serde_json::from_value(json!({
-                "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
-                "metadata": meta,
-                "spec": {"type": "TCP", "subaccountId": "sub", "serviceId": service,
-                    "internalAddress": "a:1"}
-            }))
-            .expect("mapping"),
-        )
+        serde_json::from_value(json!({
+            "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+            "metadata": meta,
+            "spec": {"type": "TCP", "subaccountId": "sub", "serviceId": service,
+                "internalAddress": "a:1"}
+        }))
+        .expect("mapping")
     }
 
     #[test]
     fn an_endpoint_is_recognised_without_formatting_it() {
-        let mapping = m("a", None, "1", "erp.corp:443");
+        let mapping = Mapping::of(&m("a", None, "1", "erp.corp:443"));
         let good = &endpoint_on(&mapping, "cp.example.com", 443);
         assert_eq!(good, "tcp://cp.example.com:443/erp.corp:443");
         assert!(is_endpoint(good, &mapping, "cp.example.com", "443"));
@@ -332,10 +299,6 @@ mod tests {
         assert!(!is_endpoint(good, &mapping, "cp.example.com", "444"));
     }
 
-    fn names_of(ms: &[Arc<ServiceMapping>]) -> Vec<String> {
-        ms.iter().map(|m| m.name_any()).collect()
-    }
-
     #[test]
     fn the_oldest_mapping_of_a_key_wins_then_the_name() {
         let t1 = Some("2026-01-01T00:00:00Z");
@@ -343,7 +306,7 @@ mod tests {
         // (what, mappings, published, (loser, winner) pairs)
         type Case<'a> = (
             &'a str,
-            Vec<Arc<ServiceMapping>>,
+            Vec<ServiceMapping>,
             Vec<&'a str>,
             Vec<(&'a str, &'a str)>,
         );
@@ -351,7 +314,7 @@ mod tests {
             (
                 "no duplicates",
                 vec![m("b", t1, "1", "x"), m("a", t2, "2", "y")],
-                vec!["b", "a"],
+                vec!["a", "b"],
                 vec![],
             ),
             (
@@ -390,29 +353,34 @@ mod tests {
             ),
         ];
         for (what, mappings, published, conflicts) in cases {
-            let (got, lost) = unique(&mappings);
-            assert_eq!(names_of(&got), published, "{what}");
-            let pairs: Vec<(String, String)> = lost
-                .iter()
-                .map(|c| (c.loser.name_any(), c.winner.name_any()))
-                .collect();
-            let want: Vec<(String, String)> = conflicts
-                .iter()
-                .map(|(l, w)| (l.to_string(), w.to_string()))
-                .collect();
-            assert_eq!(pairs, want, "{what}");
             // Whatever the order they arrive in.
-            let mut reversed = mappings.clone();
-            reversed.reverse();
-            let (again, _) = unique(&reversed);
-            let mut a = names_of(&again);
-            let mut b = names_of(&got);
-            a.sort();
-            b.sort();
-            assert_eq!(a, b, "{what}: order independent");
+            for order in [false, true] {
+                let mut arriving = mappings.clone();
+                if order {
+                    arriving.reverse();
+                }
+                let state = MappingState::of(&arriving);
+                let mut got: Vec<String> = state
+                    .published()
+                    .iter()
+                    .map(|m| m.name().to_string())
+                    .collect();
+                got.sort();
+                assert_eq!(got, published, "{what}");
+                let pairs: Vec<(String, String)> = state
+                    .conflicts()
+                    .iter()
+                    .map(|c| (c.loser.name().to_string(), c.winner.name().to_string()))
+                    .collect();
+                let want: Vec<(String, String)> = conflicts
+                    .iter()
+                    .map(|(l, w)| (l.to_string(), w.to_string()))
+                    .collect();
+                assert_eq!(pairs, want, "{what}");
+            }
         }
-        let (_, lost) = unique(&[m("new", t2, "1", "x"), m("old", t1, "2", "x")]);
-        let msg = lost[0].message();
+        let state = MappingState::of(&[m("new", t2, "1", "x"), m("old", t1, "2", "x")]);
+        let msg = state.conflicts()[0].message();
         assert!(
             msg.contains("ServiceMapping new is not published")
                 && msg.contains("older ServiceMapping old")

@@ -1,0 +1,198 @@
+use super::*;
+use serde_json::json;
+
+fn mapping(name: &str, created: &str, service: &str, address: &str) -> ServiceMapping {
+    serde_json::from_value(json!({
+        "apiVersion": "connectivityproxy.sap.com/v1", "kind": "ServiceMapping",
+        "metadata": {"name": name, "uid": format!("uid-{name}"), "creationTimestamp": created},
+        "spec": {"type": "TCP", "subaccountId": "sub", "serviceId": service, "internalAddress": address}
+    }))
+    .expect("mapping")
+}
+
+fn numbered(i: usize) -> ServiceMapping {
+    mapping(
+        &format!("m-{i:05}"),
+        "2026-01-01T00:00:00Z",
+        &format!("service-{i:05}"),
+        &format!("host-{i}.apps:443"),
+    )
+}
+
+/// The oracle: the oldest mapping of each key (creation time, then name), computed from scratch.
+fn oldest_of_each_key(mappings: &[ServiceMapping]) -> Vec<ServiceMapping> {
+    let mut sorted: Vec<&ServiceMapping> = mappings.iter().collect();
+    sorted.sort_by_key(|m| {
+        (
+            m.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            m.name_any(),
+        )
+    });
+    let mut seen = std::collections::HashSet::new();
+    sorted
+        .into_iter()
+        .filter(|m| seen.insert(mapping_key(&m.spec)))
+        .cloned()
+        .collect()
+}
+
+fn entries(text: &str) -> Vec<serde_json::Value> {
+    serde_json::from_str(text).expect("a JSON list")
+}
+
+#[test]
+fn a_change_of_one_mapping_updates_exactly_one_entry_of_one_shard() {
+    let mappings: Vec<ServiceMapping> = (0..10_000).map(numbered).collect();
+    let mut state = MappingState::of(&mappings);
+    assert_eq!(state.len(), 10_000);
+    let before = state.shards(4);
+    assert_eq!(state.renders(), 4);
+    // Asked again without a change: the same texts, nothing rendered.
+    let again = state.shards(4);
+    assert!(before.iter().zip(&again).all(|(a, b)| Arc::ptr_eq(a, b)));
+    assert_eq!(state.renders(), 4);
+
+    let mut edited = mappings[1234].clone();
+    edited.spec.internal_address = "elsewhere.apps:443".into();
+    assert_eq!(
+        state.apply(&edited),
+        Change {
+            records: 1,
+            entries: 1
+        }
+    );
+    let after = state.shards(4);
+    assert_eq!(state.renders(), 5, "one shard rendered again");
+    let shard = shard_of("m-01234", 4);
+    for s in 0..4 {
+        if s == shard {
+            continue;
+        }
+        assert!(Arc::ptr_eq(&before[s], &after[s]), "shard {s} untouched");
+    }
+    let (old, new) = (entries(&before[shard]), entries(&after[shard]));
+    assert_eq!(old.len(), new.len());
+    let differing: Vec<usize> = (0..old.len()).filter(|i| old[*i] != new[*i]).collect();
+    assert_eq!(differing.len(), 1, "exactly one entry differs");
+    assert_eq!(new[differing[0]]["name"], "m-01234");
+    assert_eq!(new[differing[0]]["internalAddress"], "elsewhere.apps:443");
+}
+
+#[test]
+fn writes_that_change_no_entry_render_nothing() {
+    let mappings: Vec<ServiceMapping> = (0..100).map(numbered).collect();
+    let mut state = MappingState::of(&mappings);
+    let before = state.shards(1);
+    // The same object again (a resync, a re-list): no change at all.
+    assert_eq!(state.apply(&mappings[7]), Change::default());
+    // The controller's own writes: the endpoint, the takeover label.
+    let mut written = mappings[7].clone();
+    written.status = Some(cp_api::mapping::ServiceMappingStatus {
+        endpoint: Some("tcp://cp.example.com:443/service-00007".into()),
+    });
+    written.metadata.labels =
+        Some([(names::LABEL_MODULE.into(), names::MODULE_VALUE.into())].into());
+    assert_eq!(
+        state.apply(&written),
+        Change {
+            records: 1,
+            entries: 0
+        }
+    );
+    let after = state.shards(1);
+    assert!(Arc::ptr_eq(&before[0], &after[0]));
+    assert_eq!(state.renders(), 1);
+    assert_eq!(
+        state.get("m-00007").and_then(|m| m.endpoint.as_deref()),
+        Some("tcp://cp.example.com:443/service-00007")
+    );
+}
+
+#[test]
+fn the_oldest_of_a_key_is_published_and_its_successor_once_it_is_gone() {
+    let mut state = MappingState::new();
+    let old = mapping("old", "2026-01-01T00:00:00Z", "erp", "a:1");
+    let young = mapping("young", "2026-02-01T00:00:00Z", " ERP ", "b:1");
+    state.apply(&young);
+    assert!(state.is_published("young"));
+    // The older one arrives later: it wins, the younger is taken out.
+    assert_eq!(
+        state.apply(&old),
+        Change {
+            records: 1,
+            entries: 2
+        }
+    );
+    assert!(state.is_published("old") && !state.is_published("young"));
+    let conflicts = state.conflicts();
+    assert_eq!(conflicts.len(), 1);
+    assert_eq!(
+        (conflicts[0].loser.name(), conflicts[0].winner.name()),
+        ("young", "old")
+    );
+    let list = entries(&state.shards(1)[0]);
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["name"], "old");
+    // The winner deleted: the younger one is published again, nothing is in conflict.
+    assert_eq!(
+        state.delete("old"),
+        Change {
+            records: 1,
+            entries: 2
+        }
+    );
+    assert!(state.is_published("young"));
+    assert!(state.conflicts().is_empty());
+    // The younger one's key changed: no longer a duplicate of anything.
+    state.apply(&old);
+    let mut moved = young.clone();
+    moved.spec.service_id = "crm".into();
+    state.apply(&moved);
+    assert!(state.is_published("old") && state.is_published("young"));
+    assert!(state.conflicts().is_empty());
+    assert_eq!(state.published_bytes(), {
+        let p = state.published();
+        p.iter().map(|m| m.bytes).sum::<usize>()
+    });
+}
+
+#[test]
+fn the_shards_are_those_the_pure_split_makes_of_the_published_mappings() {
+    // Duplicates, deletions and re-creations in a mixed order: the incremental state ends where the
+    // whole computation over the final set does.
+    let mut all: Vec<ServiceMapping> = (0..3000).map(numbered).collect();
+    for i in 0..50 {
+        all.push(mapping(
+            &format!("dup-{i:03}"),
+            "2026-03-01T00:00:00Z",
+            &format!("service-{:05}", i * 7),
+            "dup:1",
+        ));
+    }
+    let mut state = MappingState::new();
+    for m in all.iter().rev() {
+        state.apply(m);
+    }
+    for i in (0..3000).step_by(11) {
+        state.delete(&format!("m-{i:05}"));
+    }
+    let remaining: Vec<ServiceMapping> = all
+        .iter()
+        .filter(|m| {
+            let n = m.name_any();
+            !(n.starts_with("m-") && n[2..].parse::<usize>().is_ok_and(|i| i % 11 == 0))
+        })
+        .cloned()
+        .collect();
+    let published = oldest_of_each_key(&remaining);
+    for k in [1, 2, 4, 8, 16] {
+        let want = cp_api::mapping::service_mappings_shards(&published, k);
+        let got: Vec<String> = state.shards(k).iter().map(|t| t.to_string()).collect();
+        assert_eq!(got, want, "{k} shards");
+    }
+    // A re-listing that no longer has some: they are gone.
+    let relisted: Vec<&ServiceMapping> = remaining.iter().skip(100).collect();
+    let change = state.replace(relisted.iter().copied());
+    assert_eq!(change.records, 100);
+    assert_eq!(state.len(), remaining.len() - 100);
+}

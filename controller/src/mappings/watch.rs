@@ -1,0 +1,85 @@
+//! The ServiceMapping watch: each event becomes a change of the [`MappingState`], and a batch of
+//! events that changed something wakes every CR once.
+
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+
+use cp_api::{ConnectivityProxy, ServiceMapping};
+use futures::{SinkExt, StreamExt};
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use super::MappingState;
+use crate::cache::Trigger;
+
+/// How many events that arrived together are taken in before the CRs are woken.
+const BATCH: usize = 512;
+
+/// Keeps `state` up to date from the watch of every ServiceMapping, setting `synced` once the first
+/// listing is in, and waking every CR of `proxies` through `trigger` after each batch of events that
+/// changed a record. Runs until the trigger's receiver is gone.
+pub async fn run(
+    api: Api<ServiceMapping>,
+    state: Arc<RwLock<MappingState>>,
+    synced: tokio::sync::watch::Sender<bool>,
+    mut trigger: Trigger,
+    proxies: Store<ConnectivityProxy>,
+    changes: prometheus::IntCounter,
+) {
+    let events = watcher(api, watcher::Config::default()).default_backoff();
+    let mut batches = std::pin::pin!(events.ready_chunks(BATCH));
+    // The names a (re)listing delivered: those it did not deliver were deleted meanwhile.
+    let mut listed: Option<HashSet<String>> = None;
+    while let Some(batch) = batches.next().await {
+        let mut changed = 0;
+        {
+            let mut state = state
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for event in batch {
+                match event {
+                    Ok(watcher::Event::Apply(m)) => changed += state.apply(&m).records,
+                    Ok(watcher::Event::Delete(m)) => changed += state.delete(&m.name_any()).records,
+                    Ok(watcher::Event::Init) => listed = Some(HashSet::new()),
+                    Ok(watcher::Event::InitApply(m)) => {
+                        changed += state.apply(&m).records;
+                        if let Some(l) = listed.as_mut() {
+                            l.insert(m.name_any());
+                        }
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        let seen = listed.take().unwrap_or_default();
+                        let gone: Vec<String> = state
+                            .names()
+                            .filter(|n| !seen.contains(*n))
+                            .map(String::from)
+                            .collect();
+                        for name in gone {
+                            changed += state.delete(&name).records;
+                        }
+                        synced.send_replace(true);
+                        // A listing wakes every CR even when nothing changed: the first one decides.
+                        changed += 1;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "ServiceMapping watch"),
+                }
+            }
+        }
+        if changed == 0 {
+            continue;
+        }
+        changes.inc_by(changed as u64);
+        let crs: Vec<ObjectRef<ConnectivityProxy>> = proxies
+            .state()
+            .iter()
+            .map(|c| ObjectRef::from_obj(&**c))
+            .collect();
+        for cr in crs {
+            if trigger.send(cr).await.is_err() {
+                return;
+            }
+        }
+    }
+}
