@@ -2,7 +2,8 @@
 //!
 //! `cp-bench [--quick] [--out FILE]` measures; `cp-bench floor ADDR CERT KEY` is the floor server it
 //! starts as a separate process (`cp_bench::floor`). `CP_BENCH_ONLY=<section>` runs one section of
-//! `cp_bench::measure` (webhook, controller, apiserver, node or fleet).
+//! `cp_bench::measure` (webhook, controller, apiserver, node or fleet) and writes it to
+//! `BENCHMARKS-<section>.md` (unless `--out` names another file).
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
@@ -36,7 +37,15 @@ fn main() -> anyhow::Result<()> {
         .position(|a| a == "--out")
         .and_then(|i| args.get(i + 1))
         .map(PathBuf::from)
-        .unwrap_or_else(|| cp_tests::workspace_root().join("BENCHMARKS.md"));
+        .unwrap_or_else(|| {
+            // One section alone is written beside the full report, never over it: BENCHMARKS.md's
+            // figures all come from one run.
+            let name = match std::env::var("CP_BENCH_ONLY").unwrap_or_default().as_str() {
+                "" => "BENCHMARKS.md".to_string(),
+                only => format!("BENCHMARKS-{only}.md"),
+            };
+            cp_tests::workspace_root().join(name)
+        });
     // The webhook and the controller are the release binaries beside this one
     // (`cp_tests::own_bin_dir`); `make bench` sets CP_WEBHOOK_LOG and CP_CONTROLLER_LOG to warn.
     let rt = tokio::runtime::Runtime::new()?;

@@ -17,7 +17,7 @@ pub fn with_hash(d: &Desired) -> Value {
 }
 
 /// [`with_hash`] with the body's digest already computed.
-fn with_digest(d: &Desired, digest: &Digest) -> Value {
+pub fn with_digest(d: &Desired, digest: &Digest) -> Value {
     let mut body = d.body.clone();
     if let Some(meta) = body.get_mut("metadata") {
         add_hash(meta, digest.hash.clone());

@@ -31,13 +31,61 @@ pub fn machine() -> String {
         .unwrap_or_default();
     format!(
         "## Machine and versions\n\n| | |\n| --- | --- |\n| CPU | {model}, {cores} cores |\n| memory | {mem} |\n\
-         | rustc | {} |\n| go | {} |\n| Kubernetes binaries | `{}` |\n| operator | {} (release build) |\n| operator binaries measured | `{}` |\n\n",
+         | commit | {} |\n| rustc | {} |\n| go | {} |\n| Kubernetes binaries | `{}` |\n| operator | {} (release build) |\n| operator binaries measured | `{}` |\n{}\n",
+        commit(),
         cmd_version("rustc", &["-V"]),
         cmd_version("go", &["version"]),
         k8s.rsplit('/').nth(1).unwrap_or(&k8s),
         env!("CARGO_PKG_VERSION"),
         measured_binaries(),
+        digests(),
     )
+}
+
+/// The commit measured (`git rev-parse HEAD`), saying so when the tree had uncommitted changes.
+fn commit() -> String {
+    let root = cp_tests::workspace_root();
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(&root)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match (
+        git(&["rev-parse", "HEAD"]),
+        git(&["status", "--porcelain", "--untracked-files=no"]),
+    ) {
+        (Some(head), Some(changes)) if changes.is_empty() => format!("`{head}`"),
+        (Some(head), Some(_)) => format!("`{head}` with uncommitted changes"),
+        _ => "unknown (not a git checkout)".into(),
+    }
+}
+
+/// A row with the sha256 of each measured binary (`sha256sum`), so that every figure names the bytes
+/// it was measured on.
+fn digests() -> String {
+    let dir = cp_tests::own_bin_dir();
+    ["cp-webhook", "cp-controller", "cp-bench"]
+        .iter()
+        .map(|b| {
+            let sum = Command::new("sha256sum")
+                .arg(dir.join(b))
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .and_then(|o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .split_whitespace()
+                        .next()
+                        .map(String::from)
+                })
+                .unwrap_or_else(|| "(not found)".into());
+            format!("| sha256 of `{b}` | `{sum}` |\n")
+        })
+        .collect()
 }
 
 /// Which operator binaries the load runs start: `make bench` points `CP_BIN_DIR` at the static release

@@ -68,7 +68,7 @@ pub(super) fn config_maps(
     cr: &ConnectivityProxy,
     ns: &str,
     resolved: &Resolved,
-    shards: &[std::sync::Arc<str>],
+    shards: &[std::sync::Arc<crate::mappings::Shard>],
 ) -> Vec<Desired> {
     let port = |name: &str| {
         cr.spec
@@ -118,7 +118,12 @@ pub(super) fn config_maps(
         names::MAPPING_SHARD_CONFIGMAPS
             .iter()
             .zip(names::MAPPING_SHARD_KEYS)
-            .zip(shards.iter().map(|s| &**s).chain(std::iter::repeat("[]")))
+            .zip(
+                shards
+                    .iter()
+                    .map(|s| &*s.text)
+                    .chain(std::iter::repeat("[]")),
+            )
             .take(shards.len().max(1))
             .map(|((name, key), text)| {
                 config_map(name, BTreeMap::from([(key.to_string(), text.to_string())]))

@@ -223,8 +223,11 @@ pub fn desired(
     resolved: &Resolved,
     mappings: &[std::sync::Arc<ServiceMapping>],
 ) -> Vec<Desired> {
-    let facts = crate::mappings::MappingFacts::of_objects(mappings, 1);
-    desired_with(cr, resolved, &facts.published, &facts.shards)
+    desired_with(
+        cr,
+        resolved,
+        &crate::mappings::MappingFacts::of_objects(mappings, 1),
+    )
 }
 
 /// Everything the controller applies for `cr`, given the resolved values, the published mappings and
@@ -233,20 +236,19 @@ pub fn desired(
 pub fn desired_with(
     cr: &ConnectivityProxy,
     resolved: &Resolved,
-    mappings: &[std::sync::Arc<crate::mappings::Mapping>],
-    shards: &[std::sync::Arc<str>],
+    mappings: &crate::mappings::MappingFacts,
 ) -> Vec<Desired> {
     let ns = cr.namespace().unwrap_or_else(|| names::KYMA_SYSTEM.into());
     let mut out = Vec::new();
     out.push(workload::priority_class(cr));
-    out.extend(config::config_maps(cr, &ns, resolved, shards));
+    out.extend(config::config_maps(cr, &ns, resolved, &mappings.shards));
     out.extend(workload::services(cr, &ns));
     out.push(workload::stateful_set(cr, &ns, resolved));
     out.extend(network::objects(
         cr,
         &ns,
         &workload::container_ports(cr),
-        mappings,
+        &mappings.channel_ports,
     ));
     if cr.spec.ingress_class() == "istio" {
         out.extend(istio::objects(cr, &ns, resolved));

@@ -150,13 +150,13 @@ fn policy(
 }
 
 /// The module's NetworkPolicies for `cr` (none when its annotation switches them off); `proxy_ports`
-/// are the proxy's container ports (the tunnel and every enabled proxy), `mappings` the ServiceMappings
-/// whose service channels the proxy dials.
+/// are the proxy's container ports (the tunnel and every enabled proxy), `channel_ports` the ports the
+/// published ServiceMappings' service channels dial (sorted, distinct).
 pub(super) fn objects(
     cr: &ConnectivityProxy,
     ns: &str,
     proxy_ports: &[i32],
-    mappings: &[std::sync::Arc<crate::mappings::Mapping>],
+    channel_ports: &[i32],
 ) -> Vec<Desired> {
     if disabled(cr) {
         return Vec::new();
@@ -261,7 +261,7 @@ pub(super) fn objects(
             proxy_egress,
             proxy_pods(),
             None,
-            Some(proxy_egress_rules(cr, mappings)),
+            Some(proxy_egress_rules(cr, channel_ports)),
         ),
     ]
 }
@@ -270,27 +270,12 @@ pub(super) fn objects(
 /// pods (a NetworkPolicy lists ports one by one).
 pub const MAX_CHANNEL_PORTS: usize = 64;
 
-/// The ports the ServiceMappings' service channels dial (`spec.internalAddress`), sorted, distinct.
-pub fn channel_ports(mappings: &[std::sync::Arc<crate::mappings::Mapping>]) -> Vec<i32> {
-    let mut ports: Vec<i32> = mappings
-        .iter()
-        .filter_map(|m| cp_api::validation::parse_host_port(&m.spec.internal_address).ok())
-        .map(|(_, p)| i32::from(p))
-        .collect();
-    ports.sort_unstable();
-    ports.dedup();
-    ports
-}
-
 /// The proxy's egress: the Connectivity service (HTTPS, outside the cluster); its Istio sidecar to
 /// istiod on 15012 (xDS and certificates; the Istio module's own policies open istiod's side, `kyma-project/istio`
 /// `docs/contributor/adr/0015-networkpolicies-istio-kyma-system.md`); and the service channels' targets
 /// (an `internalAddress` names a cluster host and port: any pod of the cluster on the channels' ports,
 /// as Services reach pods after the Service's translation).
-fn proxy_egress_rules(
-    cr: &ConnectivityProxy,
-    mappings: &[std::sync::Arc<crate::mappings::Mapping>],
-) -> Vec<NetworkPolicyEgressRule> {
+fn proxy_egress_rules(cr: &ConnectivityProxy, ports: &[i32]) -> Vec<NetworkPolicyEgressRule> {
     let istiod = NetworkPolicyPeer {
         namespace_selector: Some(labels(&[(
             "kubernetes.io/metadata.name",
@@ -309,7 +294,6 @@ fn proxy_egress_rules(
             ports: Some(tcp([ISTIOD_XDS_PORT])),
         },
     ];
-    let ports = channel_ports(mappings);
     if !ports.is_empty() {
         let every_pod = NetworkPolicyPeer {
             namespace_selector: Some(LabelSelector::default()),
@@ -317,7 +301,7 @@ fn proxy_egress_rules(
         };
         rules.push(NetworkPolicyEgressRule {
             to: Some(vec![every_pod]),
-            ports: (ports.len() <= MAX_CHANNEL_PORTS).then(|| tcp(ports)),
+            ports: (ports.len() <= MAX_CHANNEL_PORTS).then(|| tcp(ports.iter().copied())),
         });
     }
     rules

@@ -20,7 +20,7 @@ use crate::writer::Partial;
 pub mod state;
 pub mod watch;
 
-pub use state::{Mapping, MappingState};
+pub use state::{Mapping, MappingState, Shard};
 
 /// The aggregated ConfigMap must stay below the 1 MiB object limit; this leaves room for metadata.
 pub const MAX_CONFIGMAP_BYTES: usize = cp_api::mapping::MAPPINGS_BUDGET_BYTES;
@@ -68,8 +68,10 @@ pub struct MappingFacts {
     pub conflicts: Vec<Conflict>,
     /// The bytes of the published entries together ([`cp_api::mapping::entry_bytes`] summed).
     pub bytes: usize,
-    /// The text of each shard ([`cp_api::mapping::shards_for`] of [`Self::bytes`] and the live count).
-    pub shards: Vec<Arc<str>>,
+    /// Each shard ([`cp_api::mapping::shards_for`] of [`Self::bytes`] and the live count).
+    pub shards: Vec<Arc<Shard>>,
+    /// The ports the published mappings' service channels dial, sorted.
+    pub channel_ports: Vec<i32>,
 }
 
 impl MappingFacts {
@@ -82,6 +84,7 @@ impl MappingFacts {
             conflicts: state.conflicts(),
             bytes,
             shards: state.shards(count),
+            channel_ports: state.channel_ports(),
         }
     }
 
@@ -107,6 +110,41 @@ impl MappingFacts {
             .map(|m| m.name())
             .chain(self.conflicts.iter().map(|c| c.loser.name()))
     }
+}
+
+/// The digest of mapping shard ConfigMap `d` from the hash its [`Shard`] was rendered with, without
+/// reading the text again (at 50,000 mappings the shards are megabytes; a change of one mapping
+/// renders one): the hash of the object without its data and the shard's hash; `None` for any other
+/// object, or a body that does not hold the shard's text.
+pub fn shard_digest(
+    d: &crate::desired::Desired,
+    shards: &[Arc<Shard>],
+) -> Option<crate::apply::Digest> {
+    if d.kind != Kind::ConfigMap {
+        return None;
+    }
+    let i = names::MAPPING_SHARD_CONFIGMAPS
+        .iter()
+        .position(|n| *n == d.name)?;
+    let (shard, key) = (shards.get(i)?, names::MAPPING_SHARD_KEYS[i]);
+    let body = d.body.as_object()?;
+    let data = body.get("data")?.as_object()?;
+    let text = data.get(key)?.as_str()?;
+    if data.len() != 1 || text.len() != shard.text.len() {
+        return None;
+    }
+    let rest: serde_json::Map<String, serde_json::Value> = body
+        .iter()
+        .filter(|(k, _)| *k != "data")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let rest = serde_json::Value::Object(rest).to_string();
+    // `{...,"data":{"<key>":"<escaped text>"}}`: the rest, the comma, the data object around the text.
+    let len = rest.len() + r#","data":{"":""}"#.len() + key.len() + shard.escaped_len;
+    Some(crate::apply::Digest {
+        len,
+        hash: crate::desired::hash_str(&format!("{rest}{key}{}", shard.hash)),
+    })
 }
 
 /// The mapping shard ConfigMaps of namespace `ns` among `owned` (the highest index plus one; one

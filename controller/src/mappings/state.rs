@@ -42,6 +42,31 @@ pub struct Mapping {
     pub entry: Box<str>,
     /// What the entry adds to a ConfigMap as applied ([`cp_api::mapping::entry_bytes`]).
     pub bytes: usize,
+    /// The port of its `internalAddress`, when it names one (the proxy's egress opens it).
+    pub port: Option<i32>,
+}
+
+/// One shard of the proxy's files as rendered: the JSON list, its hash and its length as a JSON string
+/// value, computed once per rendering (a reconcile compares and sizes it without reading it again).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shard {
+    /// The JSON list of the shard's entries.
+    pub text: Arc<str>,
+    /// [`crate::desired::hash_str`] of the text.
+    pub hash: String,
+    /// The text's length once escaped as a JSON string (each `"` and `\\` takes two bytes).
+    pub escaped_len: usize,
+}
+
+impl Shard {
+    fn of(text: String) -> Self {
+        let escapes = text.bytes().filter(|b| *b == b'"' || *b == b'\\').count();
+        Self {
+            hash: crate::desired::hash_str(&text),
+            escaped_len: text.len() + escapes,
+            text: text.into(),
+        }
+    }
 }
 
 impl Mapping {
@@ -63,6 +88,9 @@ impl Mapping {
                     .contains_key(cp_api::keys::ADOPTED_ANNOTATION),
             entry: entry_text(&name, &m.spec).into(),
             bytes: entry_bytes(&name, &m.spec),
+            port: cp_api::validation::parse_host_port(&m.spec.internal_address)
+                .ok()
+                .map(|(_, p)| i32::from(p)),
             name: name.into(),
         }
     }
@@ -102,8 +130,8 @@ type Age = (
     Box<str>,
 );
 
-/// A shard's text and the versions of the fine maps it was rendered at.
-type Rendered = (Vec<u64>, Arc<str>);
+/// A shard and the versions of the fine maps it was rendered at.
+type Rendered = (Vec<u64>, Arc<Shard>);
 
 /// What one event changed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -128,6 +156,8 @@ pub struct MappingState {
     versions: Vec<u64>,
     /// The published entries' bytes together.
     bytes: usize,
+    /// The ports of the published mappings' internal addresses, each with how many name it.
+    ports: BTreeMap<i32, usize>,
     /// Renderings by (shard count, shard): the fine versions they were rendered at and the text.
     rendered: Mutex<HashMap<(usize, usize), Rendered>>,
     /// How many shard texts were rendered (not handed out again) since the start: for tests and the bench.
@@ -188,6 +218,26 @@ impl MappingState {
         self.fine.iter().flat_map(|f| f.values().cloned()).collect()
     }
 
+    /// The ports the published mappings' service channels dial, sorted.
+    pub fn channel_ports(&self) -> Vec<i32> {
+        self.ports.keys().copied().collect()
+    }
+
+    fn count_port(&mut self, m: &Mapping, add: bool) {
+        let Some(port) = m.port else {
+            return;
+        };
+        let n = self.ports.entry(port).or_default();
+        if add {
+            *n += 1;
+        } else {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.ports.remove(&port);
+            }
+        }
+    }
+
     /// Whether the record of `name` is published (the oldest of its key).
     pub fn is_published(&self, name: &str) -> bool {
         self.fine[shard_of(name, FINE)].contains_key(name)
@@ -229,9 +279,11 @@ impl MappingState {
                 self.by_name.insert(record.name.clone(), record.clone());
                 let f = shard_of(&record.name, FINE);
                 let mut entries = 0;
-                if let Some(p) = self.fine[f].get_mut(&record.name) {
+                if let Some(p) = self.fine[f].get(&record.name).cloned() {
                     self.bytes = self.bytes - p.bytes + record.bytes;
-                    *p = record;
+                    self.count_port(&p, false);
+                    self.count_port(&record, true);
+                    self.fine[f].insert(record.name.clone(), record);
                     if rewritten {
                         self.versions[f] += 1;
                         entries = 1;
@@ -345,8 +397,10 @@ impl MappingState {
         if !same {
             if let Some(previous) = self.fine[f].insert(oldest.name.clone(), oldest.clone()) {
                 self.bytes -= previous.bytes;
+                self.count_port(&previous, false);
             }
             self.bytes += oldest.bytes;
+            self.count_port(&oldest, true);
             self.versions[f] += 1;
             changed += 1;
         }
@@ -357,6 +411,7 @@ impl MappingState {
         let f = shard_of(name, FINE);
         let old = self.fine[f].remove(name)?;
         self.bytes -= old.bytes;
+        self.count_port(&old, false);
         self.versions[f] += 1;
         Some(old)
     }
@@ -364,7 +419,7 @@ impl MappingState {
     /// The text of each of `shards` shards (a power of two up to [`FINE`]): the JSON list of its
     /// published entries in name order. A shard none of whose fine maps changed since it was last
     /// rendered is handed out again as it was.
-    pub fn shards(&self, shards: usize) -> Vec<Arc<str>> {
+    pub fn shards(&self, shards: usize) -> Vec<Arc<Shard>> {
         let k = shards.clamp(1, FINE).next_power_of_two();
         let mut rendered = self
             .rendered
@@ -381,11 +436,11 @@ impl MappingState {
                 {
                     return text.clone();
                 }
-                let text: Arc<str> = self.render(&parts).into();
+                let shard = Arc::new(Shard::of(self.render(&parts)));
                 self.renders
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                rendered.insert((k, s), (versions, text.clone()));
-                text
+                rendered.insert((k, s), (versions, shard.clone()));
+                shard
             })
             .collect()
     }

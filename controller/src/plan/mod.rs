@@ -367,7 +367,7 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         .or_else(|| facts.tunnel_tls.clone());
     resolved.secrets_hash = secrets_hash(tls.as_ref(), key.key.as_ref());
     let mappings = &facts.mappings;
-    let mut objects = desired::desired_with(cr, &resolved, &mappings.published, &mappings.shards);
+    let mut objects = desired::desired_with(cr, &resolved, mappings);
     objects.extend(tunnel.objects.iter().cloned());
     objects.extend(key.objects.iter().cloned());
     let (ca_object, ca_problem, keep_ca) = connectivity_ca_object(cr, &resolved, facts);
@@ -392,7 +392,14 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
     }
     let passed = vec![deps, config];
     // Each body is serialised once here, for its hash and its size (the mappings ConfigMap's).
-    let digests: Vec<crate::apply::Digest> = objects.iter().map(crate::apply::Digest::of).collect();
+    // The shards' digests come from their renderings: a change of one mapping reads one shard.
+    let digests: Vec<crate::apply::Digest> = objects
+        .iter()
+        .map(|d| {
+            crate::mappings::shard_digest(d, &mappings.shards)
+                .unwrap_or_else(|| crate::apply::Digest::of(d))
+        })
+        .collect();
     let overfull = overfull_shards(&objects, &digests);
     let report = Report {
         passed: &passed,

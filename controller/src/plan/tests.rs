@@ -173,7 +173,7 @@ impl TestFacts {
         for w in &install.writes {
             let d = &w.desired;
             let live: DynamicObject =
-                serde_json::from_value(crate::apply::with_hash(d)).expect("object");
+                serde_json::from_value(crate::apply::with_digest(d, &w.digest)).expect("object");
             self.0
                 .owned
                 .insert((d.kind, d.namespace.clone(), d.name.clone()), live);

@@ -11,6 +11,7 @@
 
 pub mod load;
 pub mod memory;
+pub mod scale;
 pub mod startup;
 
 use std::collections::BTreeSet;
@@ -63,6 +64,8 @@ pub struct NodeFigures {
     pub restart_controller_ready_ms: u64,
     /// Seconds waited for things to settle before each idle reading.
     pub settle_s: u64,
+    /// Phase (e): the mappings grown to 50,000.
+    pub scale: scale::Scale,
 }
 
 /// Measures the section on a node of its own (started and stopped here).
@@ -199,8 +202,33 @@ async fn measure(
         .await?,
     );
 
+    // (e) Grown to 50,000 mappings, until the proxy has read them all.
+    let (to, samples) = if quick {
+        (5_000, (10, 1))
+    } else {
+        (50_000, (30, 3))
+    };
+    let scale = scale::measure(cluster, &admin, &controller, (n_mappings, to), samples)
+        .await
+        .context("phase (e): 50,000 mappings")?;
+    tokio::time::sleep(settle).await;
+    phases.push(
+        sample_phase(
+            &admin,
+            &format!(
+                "(e) {} ServiceMappings, read by the proxy, settled",
+                scale.to + samples.0 + samples.1
+            ),
+            scale.to + samples.0 + samples.1,
+            &webhook,
+            &controller,
+        )
+        .await?,
+    );
+
     Ok(NodeFigures {
         quick,
+        scale,
         images,
         start,
         phases,
@@ -311,6 +339,7 @@ pub fn render(f: &NodeFigures) -> String {
         f.mappings_create_ms,
         f.mappings_aggregated_ms,
     ));
+    s.push_str(&scale::render(&f.scale));
     s.push_str(&load::render(&f.load));
     s
 }

@@ -70,7 +70,7 @@ fn a_change_of_one_mapping_updates_exactly_one_entry_of_one_shard() {
         }
         assert!(Arc::ptr_eq(&before[s], &after[s]), "shard {s} untouched");
     }
-    let (old, new) = (entries(&before[shard]), entries(&after[shard]));
+    let (old, new) = (entries(&before[shard].text), entries(&after[shard].text));
     assert_eq!(old.len(), new.len());
     let differing: Vec<usize> = (0..old.len()).filter(|i| old[*i] != new[*i]).collect();
     assert_eq!(differing.len(), 1, "exactly one entry differs");
@@ -130,7 +130,7 @@ fn the_oldest_of_a_key_is_published_and_its_successor_once_it_is_gone() {
         (conflicts[0].loser.name(), conflicts[0].winner.name()),
         ("young", "old")
     );
-    let list = entries(&state.shards(1)[0]);
+    let list = entries(&state.shards(1)[0].text);
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["name"], "old");
     // The winner deleted: the younger one is published again, nothing is in conflict.
@@ -187,12 +187,30 @@ fn the_shards_are_those_the_pure_split_makes_of_the_published_mappings() {
     let published = oldest_of_each_key(&remaining);
     for k in [1, 2, 4, 8, 16] {
         let want = cp_api::mapping::service_mappings_shards(&published, k);
-        let got: Vec<String> = state.shards(k).iter().map(|t| t.to_string()).collect();
+        let got: Vec<String> = state.shards(k).iter().map(|t| t.text.to_string()).collect();
         assert_eq!(got, want, "{k} shards");
     }
+    // The ports the egress opens: those of the published mappings, kept as they come and go.
+    let mut want_ports: Vec<i32> = published
+        .iter()
+        .filter_map(|m| cp_api::validation::parse_host_port(&m.spec.internal_address).ok())
+        .map(|(_, p)| i32::from(p))
+        .collect();
+    want_ports.sort_unstable();
+    want_ports.dedup();
+    assert_eq!(state.channel_ports(), want_ports);
     // A re-listing that no longer has some: they are gone.
     let relisted: Vec<&ServiceMapping> = remaining.iter().skip(100).collect();
     let change = state.replace(relisted.iter().copied());
     assert_eq!(change.records, 100);
     assert_eq!(state.len(), remaining.len() - 100);
+}
+
+#[test]
+fn a_shard_knows_its_hash_and_escaped_length() {
+    let state = MappingState::of(&[mapping("a", "2026-01-01T00:00:00Z", "x\\\"y", "h:1")]);
+    let shard = state.shards(1).remove(0);
+    let as_value = serde_json::Value::String(shard.text.to_string()).to_string();
+    assert_eq!(shard.escaped_len, as_value.len() - 2, "{as_value}");
+    assert_eq!(shard.hash, crate::desired::hash_str(&shard.text));
 }
