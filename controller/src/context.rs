@@ -43,6 +43,8 @@ pub struct Ctx {
     pub crds: Store<CustomResourceDefinition>,
     /// Every ServiceMapping, as the controller keeps it (`crate::mappings::watch`).
     pub mappings: Arc<std::sync::RwLock<crate::mappings::MappingState>>,
+    /// The last write of the mapping shard ConfigMaps (their write rate is bounded).
+    pub shard_writes: crate::mappings::ShardWrites,
     /// Every ConnectivityProxy.
     pub proxies: Store<ConnectivityProxy>,
     /// ConfigMap `kube-system/shoot-info` (the cluster domain), watched.

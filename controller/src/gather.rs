@@ -218,7 +218,10 @@ fn mapping_facts(ctx: &Ctx, owned: &BTreeMap<Key, DynamicObject>, ns: &str) -> M
         .mappings
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    MappingFacts::of(&state, crate::mappings::live_shards(owned, ns))
+    MappingFacts {
+        hold: ctx.shard_writes.hold(std::time::Instant::now()),
+        ..MappingFacts::of(&state, crate::mappings::live_shards(owned, ns))
+    }
 }
 
 /// Gathers the facts for `cr`. Reads come from the caches; the API is read only for what a cache does

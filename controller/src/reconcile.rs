@@ -240,7 +240,8 @@ async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, install: &Install) -> Result
     }
     let port = cp_api::validation::external_port(&cr.spec);
     let losers: Vec<_> = install.conflicts.iter().map(|c| c.loser.clone()).collect();
-    if let Err(e) = crate::mappings::reconcile_mappings(
+    let mut requeue = install.requeue;
+    match crate::mappings::reconcile_mappings(
         ctx.applier.writer(),
         &install.published,
         &losers,
@@ -249,7 +250,10 @@ async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, install: &Install) -> Result
     )
     .await
     {
-        tracing::warn!(error = %e, "updating ServiceMappings");
+        // More mappings to take over than one reconcile does: the next follows at once.
+        Ok((_, true)) => requeue = requeue.min(std::time::Duration::from_millis(50)),
+        Ok((_, false)) => {}
+        Err(e) => tracing::warn!(error = %e, "updating ServiceMappings"),
     }
     report_conflicts(ctx, &install.conflicts).await;
     report_unproven(ctx, cr, &install.unproven).await;
@@ -263,7 +267,7 @@ async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, install: &Install) -> Result
     {
         tracing::warn!(error = %e, "closing the ownership adoption window (retried at the next Ready reconcile)");
     }
-    Ok(Action::requeue(install.requeue))
+    Ok(Action::requeue(requeue))
 }
 
 /// A Warning Event naming the objects that wear the operator's labels without its ownership proof,
@@ -359,6 +363,19 @@ async fn write_objects(ctx: &Ctx, install: &Install) -> Result<(), Error> {
     for wave in [before, after] {
         let results = futures::future::join_all(wave.iter().map(|w| write_one(ctx, w))).await;
         results.into_iter().collect::<Result<Vec<()>, Error>>()?;
+    }
+    let shard_bytes: usize = install
+        .writes
+        .iter()
+        .filter(|w| {
+            w.desired.kind == Kind::ConfigMap
+                && cp_api::names::MAPPING_SHARD_CONFIGMAPS.contains(&w.desired.name.as_str())
+        })
+        .map(|w| w.digest.len)
+        .sum();
+    if shard_bytes > 0 {
+        ctx.shard_writes
+            .record(std::time::Instant::now(), shard_bytes);
     }
     for p in &install.prune {
         ctx.applier

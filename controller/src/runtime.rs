@@ -187,6 +187,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ),
         crds: crds.clone(),
         mappings: mappings.clone(),
+        shard_writes: Default::default(),
         proxies: proxies.clone(),
         shoot_info: shoot_store,
         ca_fetched: Default::default(),

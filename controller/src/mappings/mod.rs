@@ -58,6 +58,36 @@ impl Conflict {
     }
 }
 
+/// The mapping shard ConfigMaps are written at most at about this many bytes per second: at 50,000
+/// mappings the shards are megabytes, and a burst of new mappings (thousands a second through the
+/// webhook) would otherwise rewrite all of them on every reconcile, each rewrite a new revision in
+/// etcd. After a write of `b` bytes the next waits `b / SHARD_WRITE_BYTES_PER_SECOND` (none after a
+/// small one: a single new mapping at 10,000 waits about a tenth of a second at most).
+pub const SHARD_WRITE_BYTES_PER_SECOND: usize = 4 * 1024 * 1024;
+
+/// When the mapping shards were last written and how many bytes: the pause before the next write.
+#[derive(Debug, Default)]
+pub struct ShardWrites(std::sync::Mutex<Option<(std::time::Instant, usize)>>);
+
+impl ShardWrites {
+    /// Records a write of `bytes` of shards at `at`.
+    pub fn record(&self, at: std::time::Instant, bytes: usize) {
+        if let Ok(mut last) = self.0.lock() {
+            *last = Some((at, bytes));
+        }
+    }
+
+    /// How long shard writes still wait at `now` (`None`: they may go out).
+    pub fn hold(&self, now: std::time::Instant) -> Option<std::time::Duration> {
+        let (at, bytes) = (*self.0.lock().ok()?)?;
+        let pause =
+            std::time::Duration::from_secs_f64(bytes as f64 / SHARD_WRITE_BYTES_PER_SECOND as f64);
+        (at + pause)
+            .checked_duration_since(now)
+            .filter(|d| !d.is_zero())
+    }
+}
+
 /// The ServiceMappings as a reconcile decides from them: taken from the [`MappingState`] the watch
 /// keeps (`gather`), the shards already split for the count the live shard ConfigMaps call for.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -72,6 +102,9 @@ pub struct MappingFacts {
     pub shards: Vec<Arc<Shard>>,
     /// The ports the published mappings' service channels dial, sorted.
     pub channel_ports: Vec<i32>,
+    /// How long writes of the shard ConfigMaps still wait ([`ShardWrites`]): meanwhile the live
+    /// shards stay as they are (neither written nor pruned) and the reconcile comes back after it.
+    pub hold: Option<std::time::Duration>,
 }
 
 impl MappingFacts {
@@ -85,6 +118,7 @@ impl MappingFacts {
             bytes,
             shards: state.shards(count),
             channel_ports: state.channel_ports(),
+            hold: None,
         }
     }
 
@@ -189,16 +223,22 @@ fn is_endpoint(have: &str, m: &Mapping, host: &str, port: &str) -> bool {
 /// How many mapping writes run at once: adoption of thousands of mappings is bound by round trips.
 const PARALLEL_WRITES: usize = 16;
 
+/// How many mappings one reconcile takes over or writes the endpoint of: tens of thousands of new
+/// mappings are done over several short reconciles, each of which publishes the mappings created
+/// meanwhile, rather than in one that takes minutes.
+pub const MAPPINGS_PER_RECONCILE: usize = 1024;
+
 /// Labels a mapping as taken over and writes its endpoint, each only when it differs, up to
-/// [`PARALLEL_WRITES`] mappings at a time; a mapping that is not published (`unpublished`, a
-/// duplicate) is taken over too but advertises no endpoint. Returns how many writes it made.
+/// [`PARALLEL_WRITES`] mappings at a time and [`MAPPINGS_PER_RECONCILE`] in all; a mapping that is
+/// not published (`unpublished`, a duplicate) is taken over too but advertises no endpoint. Returns
+/// how many writes it made and whether mappings are left for the next reconcile.
 pub async fn reconcile_mappings(
     writer: &crate::writer::Writer,
     published: &[Arc<Mapping>],
     unpublished: &[Arc<Mapping>],
     resolved: &Resolved,
     port: i32,
-) -> Result<usize, Error> {
+) -> Result<(usize, bool), Error> {
     use futures::StreamExt;
     let api: Api<ServiceMapping> = Api::all(writer.client().clone());
     // Collected first: a lazy iterator of closures held across the awaits makes the future's
@@ -224,6 +264,8 @@ pub async fn reconcile_mappings(
             .filter(|m| !up_to_date(m, None))
             .map(|m| (m.clone(), None)),
     );
+    let left = all.len() > MAPPINGS_PER_RECONCILE;
+    all.truncate(MAPPINGS_PER_RECONCILE);
     let results: Vec<Result<usize, Error>> = futures::stream::iter(all)
         .map(|(m, want)| {
             let api = api.clone();
@@ -232,7 +274,7 @@ pub async fn reconcile_mappings(
         .buffer_unordered(PARALLEL_WRITES)
         .collect()
         .await;
-    results.into_iter().sum()
+    Ok((results.into_iter().sum::<Result<usize, Error>>()?, left))
 }
 
 /// Whether mapping `m` is taken over (label and annotation) and advertises `want` as its endpoint.
@@ -425,5 +467,21 @@ mod tests {
                 && msg.contains("delete new"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_shard_write_holds_the_next_for_its_bytes_at_the_rate() {
+        let writes = ShardWrites::default();
+        let t0 = std::time::Instant::now();
+        assert_eq!(writes.hold(t0), None, "nothing written yet");
+        writes.record(t0, SHARD_WRITE_BYTES_PER_SECOND / 2);
+        let half = std::time::Duration::from_millis(500);
+        assert_eq!(writes.hold(t0), Some(half));
+        assert_eq!(
+            writes.hold(t0 + std::time::Duration::from_millis(200)),
+            Some(std::time::Duration::from_millis(300))
+        );
+        assert_eq!(writes.hold(t0 + half), None);
+        assert_eq!(writes.hold(t0 + std::time::Duration::from_secs(5)), None);
     }
 }

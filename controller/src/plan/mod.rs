@@ -416,12 +416,17 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         renew_at: tunnel.renew_at,
         resync,
     };
-    let (writes, prune) = changes(&objects, &digests, facts, &overfull, keep_ca);
+    let (writes, prune, held) = changes(&objects, &digests, facts, &overfull, keep_ca);
     let report = Report {
         statefulset_written: writes.iter().any(|w| w.desired.kind == Kind::StatefulSet),
         ..report
     };
     let (status, requeue) = report.status(objects.len());
+    // Shards held back by the write rate: looked at again when they may go out.
+    let requeue = match held {
+        Some(hold) => requeue.min(hold),
+        None => requeue,
+    };
     Plan::Install(Box::new(Install {
         writes,
         desired: objects.len(),
@@ -466,16 +471,31 @@ fn auditlog_problem(
     ))
 }
 
-/// The objects that differ from their cached state, and the owned objects no longer desired.
+/// The key of desired object `d`.
+fn key_of(d: &Desired) -> Key {
+    (d.kind, d.namespace.clone(), d.name.clone())
+}
+
+/// The objects that differ from their cached state, and the owned objects no longer desired; the
+/// shard writes held back by their write rate ([`crate::mappings::ShardWrites`]) are left out, the
+/// pause returned.
 fn changes(
     objects: &[Desired],
     digests: &[crate::apply::Digest],
     facts: &Facts,
     overfull: &[(&str, usize)],
     keep: Option<Key>,
-) -> (Vec<Write>, Vec<Prune>) {
+) -> (Vec<Write>, Vec<Prune>, Option<Duration>) {
     let mut desired_keys: BTreeSet<Key> = keep.into_iter().collect();
     let mut writes = Vec::new();
+    let mut held = None;
+    let hold = facts.mappings.hold;
+    let is_shard =
+        |k: &Key| k.0 == Kind::ConfigMap && names::MAPPING_SHARD_CONFIGMAPS.contains(&k.2.as_str());
+    if hold.is_some() {
+        // While the shards wait, none of the live ones is pruned either (a merge would lose entries).
+        desired_keys.extend(facts.owned.keys().filter(|k| is_shard(k)).cloned());
+    }
     for (d, digest) in objects.iter().zip(digests) {
         let key = (d.kind, d.namespace.clone(), d.name.clone());
         let live = facts.owned.get(&key);
@@ -493,6 +513,10 @@ fn changes(
             crate::apply::apply_reason_with(d, digest, live)
         };
         if let Some(why) = why {
+            if hold.is_some() && is_shard(&key_of(d)) {
+                held = hold;
+                continue;
+            }
             writes.push(Write {
                 desired: d.clone(),
                 digest: digest.clone(),
@@ -508,7 +532,7 @@ fn changes(
         .filter(|(k, _)| !desired_keys.contains(*k))
         .map(|(k, o)| Prune::of(k.0, o))
         .collect();
-    (writes, prune)
+    (writes, prune, held)
 }
 
 /// The mapping shards too large to apply (over [`crate::mappings::MAX_CONFIGMAP_BYTES`]) and their size.

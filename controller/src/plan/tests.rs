@@ -835,6 +835,32 @@ fn mappings_past_one_configmap_are_split_and_one_change_rewrites_one_shard() {
         vec![names::MAPPING_SHARD_CONFIGMAPS[shard]]
     );
     assert!(one.prune.is_empty());
+    // While the shards' write rate holds them back: neither written nor pruned, and the reconcile
+    // comes back when they may go out.
+    let mut plus_held = mappings.clone();
+    plus_held.push(mk_mapping(7001));
+    let held = TestFacts(applied.0.clone()).with(|f| {
+        set_mappings(f, plus_held);
+        f.mappings.hold = Some(Duration::from_millis(300));
+    });
+    let waiting = install(run(&cr, &held));
+    assert_eq!(shard_writes(&waiting), Vec::<&str>::new());
+    assert!(
+        waiting.requeue <= Duration::from_millis(300),
+        "{:?}",
+        waiting.requeue
+    );
+    let thinned_held = TestFacts(applied.0.clone()).with(|f| {
+        set_mappings(f, mappings[..2000].to_vec());
+        f.mappings.hold = Some(Duration::from_millis(300));
+    });
+    let kept = install(run(&cr, &thinned_held));
+    assert!(
+        kept.prune.is_empty(),
+        "no shard pruned while held: {:?}",
+        kept.prune
+    );
+    assert_eq!(shard_writes(&kept), Vec::<&str>::new());
     // Thinned out below half of one ConfigMap: one shard again, the other pruned.
     let fewer = TestFacts(applied.0.clone()).with(|f| set_mappings(f, mappings[..2000].to_vec()));
     let back = install(run(&cr, &fewer));
