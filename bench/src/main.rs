@@ -103,6 +103,12 @@ async fn run(quick: bool, out: &Path) -> anyhow::Result<()> {
     md.extend(node.as_ref().map(measure::node::render));
     md.extend(fleet);
     report::write(out, &md)?;
+    if let Some(n) = &node {
+        report::write(
+            &out.with_file_name(measure::node::plot::FILE),
+            &measure::node::plot::svg(&n.phases),
+        )?;
+    }
     if let Some(w) = &webhook {
         report::write(
             &out.with_file_name(measure::webhook::ATTEMPTS_CSV),

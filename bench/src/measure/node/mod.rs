@@ -11,6 +11,7 @@
 
 pub mod load;
 pub mod memory;
+pub mod plot;
 pub mod scale;
 pub mod startup;
 
@@ -338,6 +339,10 @@ pub fn render(f: &NodeFigures) -> String {
         f.mappings,
         f.mappings_create_ms,
         f.mappings_aggregated_ms,
+    ));
+    s.push_str(&format!(
+        "Working set against the mappings present, phase by phase: [`{0}`]({0}).\n\n",
+        plot::FILE
     ));
     s.push_str(&scale::render(&f.scale));
     s.push_str(&load::render(&f.load));
