@@ -68,24 +68,29 @@ fn commit() -> String {
 /// it was measured on.
 fn digests() -> String {
     let dir = cp_tests::own_bin_dir();
-    ["cp-webhook", "cp-controller", "cp-bench"]
-        .iter()
-        .map(|b| {
-            let sum = Command::new("sha256sum")
-                .arg(dir.join(b))
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .and_then(|o| {
-                    String::from_utf8_lossy(&o.stdout)
-                        .split_whitespace()
-                        .next()
-                        .map(String::from)
-                })
-                .unwrap_or_else(|| "(not found)".into());
-            format!("| sha256 of `{b}` | `{sum}` |\n")
-        })
-        .collect()
+    let bench = std::env::current_exe().unwrap_or_else(|_| dir.join("cp-bench"));
+    [
+        ("cp-webhook", dir.join("cp-webhook")),
+        ("cp-controller", dir.join("cp-controller")),
+        ("cp-bench", bench),
+    ]
+    .iter()
+    .map(|(b, path)| {
+        let sum = Command::new("sha256sum")
+            .arg(path)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .next()
+                    .map(String::from)
+            })
+            .unwrap_or_else(|| "(not found)".into());
+        format!("| sha256 of `{b}` | `{sum}` |\n")
+    })
+    .collect()
 }
 
 /// Which operator binaries the load runs start: `make bench` points `CP_BIN_DIR` at the static release
