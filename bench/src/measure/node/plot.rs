@@ -13,6 +13,9 @@ const H: f64 = 360.0;
 const LEFT: f64 = 60.0;
 const BOTTOM: f64 = 40.0;
 
+/// A line of the plot: its label, colour and points (mappings, MiB).
+type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+
 /// The plot of `phases`: one point per phase (the settled phases; the phase during the load is left
 /// out, it has no more mappings than the idle one), the working set from the cgroup and the peak.
 pub fn svg(phases: &[Phase]) -> String {
@@ -21,7 +24,7 @@ pub fn svg(phases: &[Phase]) -> String {
         .filter(|p| !p.name.contains("during"))
         .collect();
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-    let series: [(&str, &str, Vec<(f64, f64)>); 3] = [
+    let series: [Series; 3] = [
         (
             "controller working set",
             "#1f77b4",
