@@ -369,7 +369,7 @@ async fn write_objects(ctx: &Ctx, install: &Install) -> Result<(), Error> {
         .iter()
         .filter(|w| {
             w.desired.kind == Kind::ConfigMap
-                && cp_api::names::MAPPING_SHARD_CONFIGMAPS.contains(&w.desired.name.as_str())
+                && cp_api::names::mapping_shard(&w.desired.name).is_some()
         })
         .map(|w| w.digest.len)
         .sum();

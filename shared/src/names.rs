@@ -78,6 +78,11 @@ pub const MAPPING_SHARD_CONFIGMAPS: [&str; 16] = [
     "connectivity-proxy-service-mappings-14",
     "connectivity-proxy-service-mappings-15",
 ];
+/// The index of mapping shard ConfigMap `name` in [`MAPPING_SHARD_CONFIGMAPS`] (`None`: not a shard).
+pub fn mapping_shard(name: &str) -> Option<usize> {
+    MAPPING_SHARD_CONFIGMAPS.iter().position(|n| *n == name)
+}
+
 /// The key (and the file in the proxy's `servicemappings` directory) of each shard.
 pub const MAPPING_SHARD_KEYS: [&str; 16] = [
     CONFIGMAP_SERVICE_MAPPINGS_KEY,

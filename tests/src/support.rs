@@ -333,25 +333,31 @@ pub async fn info_http_port(cms: &Api<ConfigMap>) -> Result<String, String> {
 /// of their entries, sorted by name (exactly the first ConfigMap's value while there is one shard;
 /// empty without one); a failed read is the `Err` of a wait's check.
 pub async fn published_mappings(admin: &Client, ns: &str) -> Result<String, String> {
-    use cp_api::names::{MAPPING_SHARD_CONFIGMAPS, MAPPING_SHARD_KEYS};
+    use cp_api::names::{MAPPING_SHARD_KEYS, mapping_shard};
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
-    let first = crate::wait::get(&cms, MAPPING_SHARD_CONFIGMAPS[0]).await?;
-    let value =
-        |cm: ConfigMap, key: &str| cm.data.unwrap_or_default().remove(key).unwrap_or_default();
-    let mut texts = vec![value(first, MAPPING_SHARD_KEYS[0])];
-    for (name, key) in MAPPING_SHARD_CONFIGMAPS
-        .iter()
-        .zip(MAPPING_SHARD_KEYS)
-        .skip(1)
-    {
-        if let Some(cm) = cms
-            .get_opt(name)
-            .await
-            .map_err(|e| format!("ConfigMap {name}: {e}"))?
-        {
-            texts.push(value(cm, key));
-        }
+    // One list: the shards, by index.
+    let mut shards: Vec<(usize, ConfigMap)> = crate::wait::list(&cms)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|cm| Some((mapping_shard(cm.metadata.name.as_deref()?)?, cm)))
+        .collect();
+    shards.sort_by_key(|(i, _)| *i);
+    if shards.first().map(|(i, _)| *i) != Some(0) {
+        return Err(format!(
+            "no ConfigMap {} yet",
+            cp_api::names::CONFIGMAP_SERVICE_MAPPINGS
+        ));
     }
+    let mut texts: Vec<String> = shards
+        .into_iter()
+        .map(|(i, cm)| {
+            cm.data
+                .unwrap_or_default()
+                .remove(MAPPING_SHARD_KEYS[i])
+                .unwrap_or_default()
+        })
+        .collect();
     if texts.len() == 1 {
         return Ok(texts.remove(0));
     }

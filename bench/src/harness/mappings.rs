@@ -100,8 +100,7 @@ pub fn watch_shards(api: Api<ConfigMap>) -> super::watch::Watched<Option<(usize,
         shards,
         None,
         |shards, event| {
-            let is_shard =
-                |cm: &ConfigMap| names::MAPPING_SHARD_CONFIGMAPS.contains(&cm.name_any().as_str());
+            let is_shard = |cm: &ConfigMap| names::mapping_shard(&cm.name_any()).is_some();
             match event {
                 watcher::Event::Init => shards.clear(),
                 watcher::Event::Apply(cm) | watcher::Event::InitApply(cm) if is_shard(&cm) => {

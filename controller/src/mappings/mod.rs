@@ -92,8 +92,8 @@ impl ShardWrites {
 /// keeps (`gather`), the shards already split for the count the live shard ConfigMaps call for.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MappingFacts {
-    /// The published mappings (the oldest of each key).
-    pub published: Vec<Arc<Mapping>>,
+    /// The published mappings (the oldest of each key), shared with the plan's result (not copied).
+    pub published: Arc<[Arc<Mapping>]>,
     /// The mappings left out because an older one has the same key, sorted by the loser's name.
     pub conflicts: Vec<Conflict>,
     /// The bytes of the published entries together ([`cp_api::mapping::entry_bytes`] summed).
@@ -113,7 +113,7 @@ impl MappingFacts {
         let bytes = state.published_bytes();
         let count = cp_api::mapping::shards_for(bytes, live);
         Self {
-            published: state.published(),
+            published: state.published().into(),
             conflicts: state.conflicts(),
             bytes,
             shards: state.shards(count),
@@ -157,9 +157,7 @@ pub fn shard_digest(
     if d.kind != Kind::ConfigMap {
         return None;
     }
-    let i = names::MAPPING_SHARD_CONFIGMAPS
-        .iter()
-        .position(|n| *n == d.name)?;
+    let i = names::mapping_shard(&d.name)?;
     let (shard, key) = (shards.get(i)?, names::MAPPING_SHARD_KEYS[i]);
     let body = d.body.as_object()?;
     let data = body.get("data")?.as_object()?;

@@ -314,25 +314,16 @@ impl MappingState {
         self.remove(name)
     }
 
-    /// Replaces every record by `mappings` (a watch's re-listing), as changes one by one.
-    pub fn replace<'a>(
-        &mut self,
-        mappings: impl IntoIterator<Item = &'a ServiceMapping>,
-    ) -> Change {
-        let mut seen: BTreeSet<String> = BTreeSet::new();
-        let mut change = Change::default();
-        for m in mappings {
-            seen.insert(m.name_any());
-            let c = self.apply(m);
-            change.records += c.records;
-            change.entries += c.entries;
-        }
+    /// Removes every mapping a (re)listing did not deliver (`listed`: the names it did): those
+    /// deleted while the watch was not running, which send no event.
+    pub fn remove_unlisted(&mut self, listed: &std::collections::HashSet<String>) -> Change {
         let gone: Vec<Arc<str>> = self
             .by_name
             .keys()
-            .filter(|n| !seen.contains(&***n))
+            .filter(|n| !listed.contains(&***n))
             .cloned()
             .collect();
+        let mut change = Change::default();
         for name in gone {
             let c = self.remove(&name);
             change.records += c.records;

@@ -51,14 +51,7 @@ pub async fn run(
                     }
                     Ok(watcher::Event::InitDone) => {
                         let seen = listed.take().unwrap_or_default();
-                        let gone: Vec<String> = state
-                            .names()
-                            .filter(|n| !seen.contains(*n))
-                            .map(String::from)
-                            .collect();
-                        for name in gone {
-                            changed += state.delete(&name).records;
-                        }
+                        changed += state.remove_unlisted(&seen).records;
                         synced.send_replace(true);
                         // A listing wakes every CR even when nothing changed: the first one decides.
                         changed += 1;

@@ -105,7 +105,7 @@ pub struct Install {
     /// The tunnel certificate (metrics).
     pub tunnel: Tunnel,
     /// The ServiceMappings published (the oldest of each key).
-    pub published: Vec<std::sync::Arc<crate::mappings::Mapping>>,
+    pub published: std::sync::Arc<[std::sync::Arc<crate::mappings::Mapping>]>,
     /// The ServiceMappings left out because an older one has the same key.
     pub conflicts: Vec<crate::mappings::Conflict>,
     /// How many ConfigMaps the published mappings are split across.
@@ -490,8 +490,7 @@ fn changes(
     let mut writes = Vec::new();
     let mut held = None;
     let hold = facts.mappings.hold;
-    let is_shard =
-        |k: &Key| k.0 == Kind::ConfigMap && names::MAPPING_SHARD_CONFIGMAPS.contains(&k.2.as_str());
+    let is_shard = |k: &Key| k.0 == Kind::ConfigMap && names::mapping_shard(&k.2).is_some();
     if hold.is_some() {
         // While the shards wait, none of the live ones is pruned either (a merge would lose entries).
         desired_keys.extend(facts.owned.keys().filter(|k| is_shard(k)).cloned());
@@ -545,7 +544,7 @@ fn overfull_shards<'a>(
         .zip(digests)
         .filter(|(d, digest)| {
             d.kind == Kind::ConfigMap
-                && names::MAPPING_SHARD_CONFIGMAPS.contains(&d.name.as_str())
+                && names::mapping_shard(&d.name).is_some()
                 && digest.len > crate::mappings::MAX_CONFIGMAP_BYTES
         })
         .map(|(d, digest)| (d.name.as_str(), digest.len))

@@ -23,8 +23,8 @@ use anyhow::{Context, bail};
 use cp_api::names;
 use cp_tests::node::Cluster;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::Client;
 use kube::api::Api;
+use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use crate::harness::mappings::{aggregated, create_mappings, numbered_mappings};
@@ -290,12 +290,16 @@ async fn wait_aggregated(admin: &Client, n: usize) -> anyhow::Result<()> {
         || {
             let cms = cms.clone();
             async move {
-                let mut entries = 0;
-                for name in names::MAPPING_SHARD_CONFIGMAPS {
-                    if let Some(cm) = cms.get_opt(name).await.map_err(|e| e.to_string())? {
-                        entries += aggregated(&cm).0;
-                    }
-                }
+                // One list: every shard's entries.
+                let entries: usize = cms
+                    .list(&Default::default())
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .items
+                    .iter()
+                    .filter(|cm| names::mapping_shard(&cm.name_any()).is_some())
+                    .map(|cm| aggregated(cm).0)
+                    .sum();
                 if entries == n {
                     Ok(Some(()))
                 } else {
