@@ -246,19 +246,22 @@ impl Applier {
     /// API is asked first: an object of that name that the operator did not create is never written
     /// ([`Error::NotOurs`]), and one that already matches is left alone.
     pub async fn apply(&self, d: &Desired, confirm_absent: bool, why: &str) -> Result<bool, Error> {
-        self.apply_with(d, &Digest::of(d), confirm_absent, why)
-            .await
+        Ok(self
+            .apply_with(d, &Digest::of(d), confirm_absent, why)
+            .await?
+            .is_some())
     }
 
     /// [`Applier::apply`] with the body's digest the plan computed (the mappings ConfigMap is not
-    /// serialised again for its hash), logged with `why`.
+    /// serialised again for its hash), logged with `why`: `Some` (the resourceVersion the write
+    /// produced) when it wrote, `None` when the object already matched.
     pub async fn apply_with(
         &self,
         d: &Desired,
         digest: &Digest,
         confirm_absent: bool,
         why: &str,
-    ) -> Result<bool, Error> {
+    ) -> Result<Option<Option<String>>, Error> {
         if confirm_absent
             && let Some(l) = read(
                 self.writer.client(),
@@ -271,7 +274,7 @@ impl Applier {
             match self.proof.standing(d.kind, &l.metadata) {
                 crate::ownership::Standing::Proven => {
                     if apply_reason_with(d, digest, Some(&l)).is_none() {
-                        return Ok(false);
+                        return Ok(None);
                     }
                 }
                 // An earlier release's object: written once more, now with the proof.
@@ -285,7 +288,8 @@ impl Applier {
         self.proof.stamp(d.kind, &mut body, None);
         let what = format!("applying {} {}", d.kind.api_resource().kind, d.name);
         let api = api(self.writer.client(), d.kind, d.namespace.as_deref());
-        self.writer
+        let written = self
+            .writer
             .write(&api, &d.name, &Patch::Apply(&body), why)
             .await
             .map_err(|e| match e {
@@ -300,7 +304,7 @@ impl Applier {
                 }
                 e => Error::kube(what, e),
             })?;
-        Ok(true)
+        Ok(Some(written.metadata.resource_version))
     }
 
     /// Deletes a managed object the operator proved it owns, if it is still the object read.

@@ -76,6 +76,38 @@ pub struct Cache {
     /// API — a watch can miss an event (an etcd restart right after a write), and a stale cache would
     /// otherwise have the same write repeated and the rollout reported forever.
     unseen_writes: Mutex<HashMap<Key, Option<String>>>,
+    /// The resourceVersion each of the operator's latest writes produced, until the watch delivers
+    /// it: that event is the write's echo, carries nothing the controller did not just decide, and
+    /// wakes nobody ([`Echoes`]).
+    echoes: std::sync::Arc<Echoes>,
+}
+
+/// The resourceVersions the operator's own writes produced, by object, until their watch event
+/// arrives. An event with exactly that version is the echo of the write (nothing changed since the
+/// controller decided it) and does not wake the CR again; any other version of the object (someone
+/// else's write, a status update, a deletion) wakes it as always.
+#[derive(Debug, Default)]
+pub struct Echoes(Mutex<HashMap<Key, String>>);
+
+impl Echoes {
+    /// Records that the operator's write of `key` produced `resource_version`.
+    pub fn wrote(&self, key: Key, resource_version: String) {
+        if let Ok(mut e) = self.0.lock() {
+            e.insert(key, resource_version);
+        }
+    }
+
+    /// Whether `key` at `resource_version` (a watch event) is the echo of the operator's last write
+    /// of it; the record is forgotten at the first event of the object either way.
+    pub fn is_echo(&self, key: &Key, resource_version: Option<&str>) -> bool {
+        let Ok(mut e) = self.0.lock() else {
+            return false;
+        };
+        match e.remove(key) {
+            Some(rv) => Some(rv.as_str()) == resource_version,
+            None => false,
+        }
+    }
 }
 
 impl Cache {
@@ -96,6 +128,7 @@ impl Cache {
             names::MANAGED_BY_VALUE
         ));
         let mut managed = HashMap::new();
+        let echoes = std::sync::Arc::new(Echoes::default());
         for kind in Kind::ALL {
             let ar = kind.api_resource();
             let scopes: Vec<Option<String>> = match kind.scope() {
@@ -113,12 +146,12 @@ impl Cache {
                 };
                 let writer = reflector::store::Writer::new(ar.clone());
                 managed.insert((kind, ns), writer.as_reader());
-                let (cfg, trigger, crds, proxies, plural) = (
+                let (cfg, trigger, crds, proxies, echoes) = (
                     managed_cfg.clone(),
                     trigger.clone(),
                     crds.clone(),
                     proxies.clone(),
-                    ar.plural.clone(),
+                    echoes.clone(),
                 );
                 tokio::spawn(async move {
                     // A kind whose CRD is not installed is not watched until it is (a watch would
@@ -134,7 +167,7 @@ impl Cache {
                         watcher(api, cfg).modify(|o| cp_api::slim_for_cache(o.meta_mut())),
                     )
                     .default_backoff();
-                    forward_managed(events, trigger, proxies, plural).await
+                    forward_managed(events, trigger, proxies, kind, &echoes).await
                 });
             }
         }
@@ -145,11 +178,16 @@ impl Cache {
             foreign: Mutex::default(),
             trigger,
             unseen_writes: Mutex::default(),
+            echoes,
         }
     }
 
-    /// Records a write of the object `key` that the cache held at `before` (its resourceVersion).
-    pub fn wrote(&self, key: Key, before: Option<String>) {
+    /// Records a write of the object `key` that the cache held at `before` (its resourceVersion) and
+    /// that produced `after`: the watch event at `after` is its echo and wakes nobody.
+    pub fn wrote(&self, key: Key, before: Option<String>, after: Option<String>) {
+        if let Some(after) = after {
+            self.echoes.wrote(key.clone(), after);
+        }
         if let Ok(mut w) = self.unseen_writes.lock() {
             w.insert(key, before);
         }
@@ -544,13 +582,23 @@ async fn forward_managed<S>(
     events: S,
     mut trigger: Trigger,
     proxies: Store<ConnectivityProxy>,
-    what: String,
+    kind: Kind,
+    echoes: &Echoes,
 ) where
     S: futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>,
 {
+    let what = kind.api_resource().plural;
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
         match event {
+            Ok(watcher::Event::Apply(o))
+                if echoes.is_echo(
+                    &(kind, o.namespace(), o.name_any()),
+                    o.metadata.resource_version.as_deref(),
+                ) =>
+            {
+                tracing::trace!(kind = %what, name = %o.name_any(), "the echo of an own write");
+            }
             Ok(event) => {
                 let all = || {
                     proxies
@@ -675,6 +723,31 @@ mod tests {
         }
         let foreign = DynamicObject::new("y", &Kind::ConfigMap.api_resource());
         assert!(wakes(&watcher::Event::Delete(foreign), all).is_empty());
+    }
+
+    /// The echo of an own write wakes nobody; the next version of the object (someone else's write)
+    /// and a version the write did not produce wake as always; the record is used once.
+    #[test]
+    fn only_the_event_at_the_version_an_own_write_produced_is_its_echo() {
+        let echoes = Echoes::default();
+        let key: Key = (Kind::ConfigMap, Some(names::KYMA_SYSTEM.into()), "x".into());
+        let other: Key = (Kind::ConfigMap, Some(names::KYMA_SYSTEM.into()), "y".into());
+        assert!(!echoes.is_echo(&key, Some("5")), "no write recorded");
+        echoes.wrote(key.clone(), "5".into());
+        assert!(!echoes.is_echo(&other, Some("5")), "another object");
+        assert!(echoes.is_echo(&key, Some("5")));
+        assert!(!echoes.is_echo(&key, Some("5")), "an echo is taken once");
+        echoes.wrote(key.clone(), "7".into());
+        assert!(
+            !echoes.is_echo(&key, Some("6")),
+            "an older or newer version"
+        );
+        assert!(
+            !echoes.is_echo(&key, Some("7")),
+            "forgotten at the first event"
+        );
+        echoes.wrote(key.clone(), "8".into());
+        assert!(!echoes.is_echo(&key, None));
     }
 
     fn listed(writer: &mut reflector::store::Writer<DynamicObject>) {

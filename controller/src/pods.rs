@@ -3,6 +3,76 @@
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
+/// The proxy's pods that have not been told of the mapping shards written as `written` (their
+/// [`cp_api::keys::MAPPINGS_WRITTEN_ANNOTATION`]): the running or starting pods of its StatefulSet, not
+/// those being deleted.
+pub fn to_refresh<'a>(pods: &'a [Pod], written: &str) -> Vec<&'a str> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(cp_api::keys::MAPPINGS_WRITTEN_ANNOTATION))
+                .map(String::as_str)
+                != Some(written)
+        })
+        .filter_map(|p| p.metadata.name.as_deref())
+        .filter(|n| {
+            n.strip_prefix(cp_api::writes::PROXY_POD_PREFIX)
+                .is_some_and(|o| !o.is_empty() && o.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect()
+}
+
+/// Sets [`cp_api::keys::MAPPINGS_WRITTEN_ANNOTATION`] to `written` on the proxy's pods in `ns`: an
+/// update of the pod, on which the kubelet syncs it and refreshes its ConfigMap volumes (the mapping
+/// shards) at once instead of at its next periodic sync. Best effort: a failure is logged, and the
+/// kubelet's periodic sync still brings the files within its period. Returns the pods patched.
+pub async fn refresh_mapping_files(
+    writer: &crate::writer::Writer,
+    ns: &str,
+    written: &str,
+) -> usize {
+    let api = kube::Api::<Pod>::namespaced(writer.client().clone(), ns);
+    // From the API server's watch cache, as the diagnosis reads them: a pod a few milliseconds old
+    // is as good, and a consistent list would wait for the cache to catch up.
+    let params = kube::api::ListParams::default()
+        .labels(&format!(
+            "{}={}",
+            cp_api::names::APP_LABEL,
+            crate::desired::APP
+        ))
+        .match_any();
+    let pods = match api.list(&params).await {
+        Ok(l) => l.items,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing the proxy's pods to refresh their mapping files");
+            return 0;
+        }
+    };
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        cp_api::keys::MAPPINGS_WRITTEN_ANNOTATION: written}}});
+    let mut patched = 0;
+    for name in to_refresh(&pods, written) {
+        let r = writer
+            .write(
+                &api,
+                name,
+                &kube::api::Patch::Merge(&patch),
+                "a ServiceMapping shard changed: the kubelet refreshes the pod's mapping files",
+            )
+            .await;
+        match r {
+            Ok(_) => patched += 1,
+            Err(e) => {
+                tracing::warn!(pod = name, error = %e, "refreshing the proxy's mapping files")
+            }
+        }
+    }
+    patched
+}
+
 /// Waiting reasons that do not resolve by themselves.
 const STUCK: [&str; 6] = [
     "CrashLoopBackOff",
@@ -186,6 +256,27 @@ mod tests {
     const FD: i64 = cp_api::defaults::MAX_FILE_DESCRIPTORS;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
+
+    #[test]
+    fn only_the_statefulsets_live_pods_not_yet_told_are_refreshed() {
+        let key = cp_api::keys::MAPPINGS_WRITTEN_ANNOTATION;
+        let pods: Vec<Pod> = [
+            json!({"name": "connectivity-proxy-0"}),
+            json!({"name": "connectivity-proxy-1", "annotations": {key: "h2"}}),
+            json!({"name": "connectivity-proxy-2", "annotations": {key: "h1"}}),
+            json!({"name": "connectivity-proxy-3", "deletionTimestamp": "2026-12-07T00:00:00Z"}),
+            json!({"name": "connectivity-proxy-x"}),
+            json!({"name": "connectivity-proxy-"}),
+            json!({"name": "other-0"}),
+        ]
+        .into_iter()
+        .map(|m| serde_json::from_value(json!({"metadata": m})).expect("pod"))
+        .collect();
+        assert_eq!(
+            super::to_refresh(&pods, "h2"),
+            ["connectivity-proxy-0", "connectivity-proxy-2"]
+        );
+    }
 
     fn pod(status: serde_json::Value) -> Pod {
         serde_json::from_value(

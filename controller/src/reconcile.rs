@@ -239,6 +239,11 @@ async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, install: &Install) -> Result
         };
     }
     let port = cp_api::validation::external_port(&cr.spec);
+    // The endpoints about to be written: their watch events are echoes and wake nobody.
+    ctx.mappings
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .expect_endpoints(&install.resolved.external_host, port);
     let losers: Vec<_> = install.conflicts.iter().map(|c| c.loser.clone()).collect();
     let mut requeue = install.requeue;
     match crate::mappings::reconcile_mappings(
@@ -253,7 +258,11 @@ async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, install: &Install) -> Result
         // More mappings to take over than one reconcile does: the next follows at once.
         Ok((_, true)) => requeue = requeue.min(std::time::Duration::from_millis(50)),
         Ok((_, false)) => {}
-        Err(e) => tracing::warn!(error = %e, "updating ServiceMappings"),
+        // No longer woken by the echoes of its own writes, a failed one is retried soon.
+        Err(e) => {
+            tracing::warn!(error = %e, "updating ServiceMappings");
+            requeue = requeue.min(std::time::Duration::from_secs(5));
+        }
     }
     report_conflicts(ctx, &install.conflicts).await;
     report_unproven(ctx, cr, &install.unproven).await;
@@ -364,18 +373,29 @@ async fn write_objects(ctx: &Ctx, install: &Install) -> Result<(), Error> {
         let results = futures::future::join_all(wave.iter().map(|w| write_one(ctx, w))).await;
         results.into_iter().collect::<Result<Vec<()>, Error>>()?;
     }
-    let shard_bytes: usize = install
+    let shards: Vec<&crate::plan::Write> = install
         .writes
         .iter()
         .filter(|w| {
             w.desired.kind == Kind::ConfigMap
                 && cp_api::names::mapping_shard(&w.desired.name).is_some()
         })
-        .map(|w| w.digest.len)
-        .sum();
-    if shard_bytes > 0 {
-        ctx.shard_writes
-            .record(std::time::Instant::now(), shard_bytes);
+        .collect();
+    if !shards.is_empty() {
+        let bytes = shards.iter().map(|w| w.digest.len).sum();
+        ctx.shard_writes.record(std::time::Instant::now(), bytes);
+        // The proxy's pods are told, so that the kubelet refreshes their files now.
+        let written: String = shards
+            .iter()
+            .map(|w| format!("{}={};", w.desired.name, w.digest.hash))
+            .collect();
+        let ns = shards[0].desired.namespace.as_deref().unwrap_or_default();
+        crate::pods::refresh_mapping_files(
+            ctx.applier.writer(),
+            ns,
+            &crate::desired::hash_str(&written),
+        )
+        .await;
     }
     for p in &install.prune {
         ctx.applier
@@ -397,13 +417,13 @@ fn before_workload(kind: Kind) -> bool {
 
 async fn write_one(ctx: &Ctx, w: &crate::plan::Write) -> Result<(), Error> {
     let d = &w.desired;
-    if ctx
+    if let Some(after) = ctx
         .applier
         .apply_with(d, &w.digest, w.confirm_absent, &w.why)
         .await?
     {
         let key = (d.kind, d.namespace.clone(), d.name.clone());
-        ctx.cache.wrote(key, w.cached_version.clone());
+        ctx.cache.wrote(key, w.cached_version.clone(), after);
         ctx.metrics
             .applies
             .with_label_values(&[&d.kind.api_resource().kind])

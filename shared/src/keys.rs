@@ -32,6 +32,12 @@ pub const ANNOTATION_APPLIED_HASH: &str = "connectivityproxy.sap.com/applied-has
 pub const CONFIG_HASH_ANNOTATION: &str = "connectivityproxy.sap.com/config-hash";
 /// Pod template annotation: hash of the projected Secrets (rolls the pods when they change).
 pub const SECRETS_HASH_ANNOTATION: &str = "connectivityproxy.sap.com/secrets-hash";
+/// Proxy pod annotation: the hash of the mapping shards the controller last wrote. Setting it is an
+/// update of the pod, on which the kubelet syncs the pod and refreshes its ConfigMap volumes at once,
+/// instead of at its next periodic sync (`syncFrequency`, a minute by default): a new ServiceMapping
+/// is in the proxy's files within about a second. It changes nothing else (the admission policy
+/// `connectivity-proxy-operator-controller-writes` lets the controller change only this on a pod).
+pub const MAPPINGS_WRITTEN_ANNOTATION: &str = "connectivityproxy.sap.com/mappings-written";
 /// ServiceMapping annotation recording that the operator took a mapping over.
 pub const ADOPTED_ANNOTATION: &str = "connectivityproxy.sap.com/adopted-by";
 /// Marks the Connectivity CA Secret with the URL its CA was fetched from.

@@ -265,6 +265,14 @@ pub fn policy() -> ValidatingAdmissionPolicy {
             rules.push(rule);
         }
     }
+    // The proxy's pods: updated (never created) only to set the mappings annotation.
+    rules.push(NamedRuleWithOperations {
+        api_groups: Some(vec![String::new()]),
+        api_versions: Some(vec!["*".into()]),
+        operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+        resources: Some(vec!["pods".into()]),
+        ..NamedRuleWithOperations::default()
+    });
     let label = |key: &str| {
         format!(
             "request.operation == 'UPDATE' && oldObject.metadata.?labels[?'{key}'].orValue('') == '{}'",
@@ -313,6 +321,7 @@ pub fn policy() -> ValidatingAdmissionPolicy {
             .chain(guarded.into_iter().map(|(kind, rule, message)| {
                 validation(format!("!{} || {rule}", is(kind)), message)
             }))
+            .chain([pod_validation()])
             .collect();
     ValidatingAdmissionPolicy {
         metadata: ObjectMeta {
@@ -342,6 +351,48 @@ pub fn policy() -> ValidatingAdmissionPolicy {
         }),
         status: None,
     }
+}
+
+/// The names of the proxy's pods (its StatefulSet's, `connectivity-proxy-<ordinal>`).
+pub const PROXY_POD_PREFIX: &str = "connectivity-proxy-";
+
+/// The proxy's pods: the controller only updates them, only those of its StatefulSet, and changes
+/// nothing but [`crate::keys::MAPPINGS_WRITTEN_ANNOTATION`] (no label a NetworkPolicy or Service
+/// selects on, no image, no other annotation, finalizer or owner).
+fn pod_validation() -> Validation {
+    let key = crate::keys::MAPPINGS_WRITTEN_ANNOTATION;
+    let same = |field: &str, empty: &str| {
+        format!(
+            "object.metadata.?{field}.orValue({empty}) == oldObject.metadata.?{field}.orValue({empty})"
+        )
+    };
+    let (new, old) = (
+        "object.metadata.?annotations.orValue({})",
+        "oldObject.metadata.?annotations.orValue({})",
+    );
+    let rule = [
+        "request.operation == 'UPDATE'".to_string(),
+        "request.?subResource.orValue('') == ''".to_string(),
+        format!(
+            "request.name.startsWith('{PROXY_POD_PREFIX}') && request.name.size() > {}",
+            PROXY_POD_PREFIX.len()
+        ),
+        "object.spec == oldObject.spec".to_string(),
+        same("labels", "{}"),
+        same("finalizers", "[]"),
+        same("ownerReferences", "[]"),
+        format!("{new}.all(k, k == '{key}' || (k in {old} && {old}[k] == {new}[k]))"),
+        format!("{old}.all(k, k == '{key}' || k in {new})"),
+    ]
+    .join(" && ");
+    validation(
+        format!(
+            "!(request.resource.group == '' && request.resource.resource == 'pods') || ({rule})"
+        ),
+        &format!(
+            "the operator's controller changes the proxy's pods ({PROXY_POD_PREFIX}<n>) only in their annotation {key}"
+        ),
+    )
 }
 
 /// The binding that makes [`policy`] deny.

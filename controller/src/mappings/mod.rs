@@ -202,7 +202,7 @@ fn endpoint_on(m: &Mapping, host: &str, port: i32) -> String {
 }
 
 /// Whether `have` is the [`endpoint`] of `m` on `host` and `port`.
-fn is_endpoint(have: &str, m: &Mapping, host: &str, port: &str) -> bool {
+pub(super) fn is_endpoint(have: &str, m: &Mapping, host: &str, port: &str) -> bool {
     let kind = m.spec.kind.as_str();
     let protocol_matches = have
         .get(..kind.len())

@@ -140,6 +140,9 @@ pub struct Change {
     pub records: usize,
     /// Published entries added, removed or rewritten (a change of a key's winner moves two).
     pub entries: usize,
+    /// Whether a reconcile has something to do about it: false for a change that only brought a
+    /// mapping closer to what the controller writes (the echo of its own label or endpoint write).
+    pub wakes: bool,
 }
 
 /// Every ServiceMapping, as records, with the published ones split into [`FINE`] name-ordered maps.
@@ -162,6 +165,8 @@ pub struct MappingState {
     rendered: Mutex<HashMap<(usize, usize), Rendered>>,
     /// How many shard texts were rendered (not handed out again) since the start: for tests and the bench.
     renders: std::sync::atomic::AtomicUsize,
+    /// The host and port the published mappings' endpoints name, as the last reconcile wrote them.
+    expected: Option<(Box<str>, Box<str>)>,
 }
 
 impl MappingState {
@@ -265,6 +270,22 @@ impl MappingState {
         out
     }
 
+    /// Records the host and port the endpoints of published mappings name (`status.endpoint`, as the
+    /// reconcile writes them): a watch event that only brings a mapping to that endpoint, or only adds
+    /// the takeover label, is the echo of the controller's own write and wakes no reconcile.
+    pub fn expect_endpoints(&mut self, host: &str, port: i32) {
+        self.expected = Some((host.into(), port.to_string().into()));
+    }
+
+    /// Whether `m`'s endpoint is the one the controller writes for it (none while it is not published).
+    fn endpoint_settled(&self, m: &Mapping, published: bool) -> bool {
+        match (&m.endpoint, published, &self.expected) {
+            (None, false, _) => true,
+            (Some(have), true, Some((host, port))) => super::is_endpoint(have, m, host, port),
+            _ => false,
+        }
+    }
+
     /// Takes in mapping `m` as the watch delivers it (added or changed).
     pub fn apply(&mut self, m: &ServiceMapping) -> Change {
         let record = Arc::new(Mapping::of(m));
@@ -276,6 +297,12 @@ impl MappingState {
                 if mapping_key(&r.spec) == mapping_key(&record.spec) && r.age() == record.age() =>
             {
                 let rewritten = r.entry != record.entry;
+                let published = self.is_published(&record.name);
+                // Nothing to do about a change that took nothing of the controller's away: the label
+                // stayed or came, the endpoint stayed or became the one the controller writes.
+                let settled = !rewritten
+                    && (record.taken_over || !r.taken_over)
+                    && (record.endpoint == r.endpoint || self.endpoint_settled(&record, published));
                 self.by_name.insert(record.name.clone(), record.clone());
                 let f = shard_of(&record.name, FINE);
                 let mut entries = 0;
@@ -292,6 +319,7 @@ impl MappingState {
                 return Change {
                     records: 1,
                     entries,
+                    wakes: !settled,
                 };
             }
             _ => {}
@@ -306,6 +334,7 @@ impl MappingState {
         }
         change.entries += self.publish_oldest(&key);
         change.records = 1;
+        change.wakes = true;
         change
     }
 
@@ -328,6 +357,7 @@ impl MappingState {
             let c = self.remove(&name);
             change.records += c.records;
             change.entries += c.entries;
+            change.wakes |= c.wakes;
         }
         change
     }
@@ -355,6 +385,7 @@ impl MappingState {
         Change {
             records: 1,
             entries,
+            wakes: true,
         }
     }
 

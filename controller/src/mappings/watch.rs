@@ -1,5 +1,6 @@
 //! The ServiceMapping watch: each event becomes a change of the [`MappingState`], and a batch of
-//! events that changed something wakes every CR once.
+//! events that changed something wakes every CR once (the echoes of the controller's own writes to the
+//! mappings, labels and endpoints, wake nobody).
 
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
@@ -33,37 +34,48 @@ pub async fn run(
     // The names a (re)listing delivered: those it did not deliver were deleted meanwhile.
     let mut listed: Option<HashSet<String>> = None;
     while let Some(batch) = batches.next().await {
-        let mut changed = 0;
+        let (mut changed, mut wakes) = (0, false);
         {
             let mut state = state
                 .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             for event in batch {
-                match event {
-                    Ok(watcher::Event::Apply(m)) => changed += state.apply(&m).records,
-                    Ok(watcher::Event::Delete(m)) => changed += state.delete(&m.name_any()).records,
-                    Ok(watcher::Event::Init) => listed = Some(HashSet::new()),
+                let change = match event {
+                    Ok(watcher::Event::Apply(m)) => state.apply(&m),
+                    Ok(watcher::Event::Delete(m)) => state.delete(&m.name_any()),
+                    Ok(watcher::Event::Init) => {
+                        listed = Some(HashSet::new());
+                        continue;
+                    }
                     Ok(watcher::Event::InitApply(m)) => {
-                        changed += state.apply(&m).records;
                         if let Some(l) = listed.as_mut() {
                             l.insert(m.name_any());
                         }
+                        state.apply(&m)
                     }
                     Ok(watcher::Event::InitDone) => {
                         let seen = listed.take().unwrap_or_default();
-                        changed += state.remove_unlisted(&seen).records;
+                        let mut change = state.remove_unlisted(&seen);
                         synced.send_replace(true);
                         // A listing wakes every CR even when nothing changed: the first one decides.
-                        changed += 1;
+                        change.wakes = true;
+                        change
                     }
-                    Err(e) => tracing::debug!(error = %e, "ServiceMapping watch"),
-                }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "ServiceMapping watch");
+                        continue;
+                    }
+                };
+                changed += change.records;
+                // The echo of the controller's own label or endpoint write changes a record but
+                // wakes nobody.
+                wakes |= change.wakes;
             }
         }
-        if changed == 0 {
+        changes.inc_by(changed as u64);
+        if !wakes {
             continue;
         }
-        changes.inc_by(changed as u64);
         let crs: Vec<ObjectRef<ConnectivityProxy>> = proxies
             .state()
             .iter()

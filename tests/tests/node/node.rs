@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use cp_api::{ConnectivityProxy, State, names};
@@ -102,6 +102,9 @@ async fn module_on_a_real_node() -> anyhow::Result<()> {
     edit_reaches_the_proxy(&cluster, 20010)
         .await
         .context("step: an edit reaches the proxy")?;
+    a_new_mapping_reaches_the_proxy_at_once(&cluster)
+        .await
+        .context("step: a new ServiceMapping reaches the proxy's files at once")?;
     controller_pod_replaced(&cluster)
         .await
         .context("step: the controller pod replaced")?;
@@ -859,6 +862,81 @@ async fn edit_reaches_the_proxy(cluster: &Cluster, port: i64) -> anyhow::Result<
         },
     )
     .await
+}
+
+/// The service channels the proxy stand-in last said it read from its mapping files, in `pod`.
+fn standin_channels(cluster: &Cluster, pod: &str) -> anyhow::Result<Option<u64>> {
+    let log = cluster.kubectl_run(&[
+        "logs",
+        "-n",
+        names::KYMA_SYSTEM,
+        pod,
+        "-c",
+        "connectivity-proxy",
+    ])?;
+    Ok(log
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "mappings")
+        .and_then(|v| v["channels"].as_u64()))
+}
+
+/// A ServiceMapping created while the proxy runs is in its files within seconds, not at the kubelet's
+/// next periodic sync of the pod (a minute by default, on this node too): the controller sets the
+/// mappings annotation on the proxy's pods after writing the shard, and the kubelet refreshes their
+/// ConfigMap volumes on that update. The deadline (10 s) is well inside the kubelet's period, so
+/// without the annotation this step fails about five times in six.
+async fn a_new_mapping_reaches_the_proxy_at_once(cluster: &Cluster) -> anyhow::Result<()> {
+    let admin = cluster.cp.admin().await?;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
+    let proxies = ready_pods(cluster, "app=connectivity-proxy").await?;
+    let mut before = Vec::new();
+    for p in &proxies {
+        let name = pod_name(p);
+        let channels = standin_channels(cluster, &name)?
+            .with_context(|| format!("{name}: the stand-in logged no mappings line"))?;
+        before.push((name, channels));
+    }
+    let mappings: Api<cp_api::ServiceMapping> = Api::all(admin.clone());
+    let channel =
+        cp_api::testing::tcp_mapping("files-channel", "files-subaccount", "files-channel");
+    let created = Instant::now();
+    mappings.create(&Default::default(), &channel).await?;
+    for (pod, channels) in &before {
+        cp_tests::wait::until(
+            &format!("{pod}: the proxy stand-in reads the new mapping from its files"),
+            Duration::from_secs(10),
+            || {
+                let got = standin_channels(cluster, pod).map_err(|e| format!("{e:#}"));
+                async move {
+                    let got = got?;
+                    (got == Some(channels + 1))
+                        .then_some(Some(()))
+                        .ok_or(format!("{got:?} channels, {channels} before"))
+                }
+            },
+        )
+        .await?;
+        let p = pods.get(pod).await?;
+        anyhow::ensure!(
+            p.metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key(cp_api::keys::MAPPINGS_WRITTEN_ANNOTATION),
+            "{pod}: no {} annotation",
+            cp_api::keys::MAPPINGS_WRITTEN_ANNOTATION
+        );
+    }
+    println!(
+        "node: a new mapping in the proxy's files {} ms after its create ({} pods)",
+        created.elapsed().as_millis(),
+        before.len()
+    );
+    mappings
+        .delete("files-channel", &DeleteParams::default())
+        .await?;
+    Ok(())
 }
 
 /// Deleting the controller's pod: the Deployment's new pod takes the Lease and applies the next edit.

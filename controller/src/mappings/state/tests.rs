@@ -58,7 +58,8 @@ fn a_change_of_one_mapping_updates_exactly_one_entry_of_one_shard() {
         state.apply(&edited),
         Change {
             records: 1,
-            entries: 1
+            entries: 1,
+            wakes: true
         }
     );
     let after = state.shards(4);
@@ -96,7 +97,9 @@ fn writes_that_change_no_entry_render_nothing() {
         state.apply(&written),
         Change {
             records: 1,
-            entries: 0
+            entries: 0,
+            // No endpoint expected yet (no reconcile said which): a reconcile looks at it.
+            wakes: true
         }
     );
     let after = state.shards(1);
@@ -106,6 +109,64 @@ fn writes_that_change_no_entry_render_nothing() {
         state.get("m-00007").and_then(|m| m.endpoint.as_deref()),
         Some("tcp://cp.example.com:443/service-00007")
     );
+}
+
+/// The echoes of the controller's own writes (the takeover label and annotation, then the endpoint it
+/// publishes) change records but wake no reconcile; a change that takes either away, or an endpoint
+/// the controller would not write, wakes one.
+#[test]
+fn the_echo_of_an_own_label_or_endpoint_write_wakes_nobody_and_a_regression_does() {
+    let mappings: Vec<ServiceMapping> = (0..10).map(numbered).collect();
+    let mut state = MappingState::of(&mappings);
+    state.expect_endpoints("cp.example.com", 443);
+    let mut labelled = mappings[3].clone();
+    labelled.metadata.labels =
+        Some([(names::LABEL_MODULE.into(), names::MODULE_VALUE.into())].into());
+    labelled.metadata.annotations = Some(
+        [(
+            cp_api::keys::ADOPTED_ANNOTATION.into(),
+            "connectivity-proxy".into(),
+        )]
+        .into(),
+    );
+    let c = state.apply(&labelled);
+    assert_eq!(
+        (c.records, c.entries, c.wakes),
+        (1, 0, false),
+        "the label's echo"
+    );
+    let mut published = labelled.clone();
+    published.status = Some(cp_api::mapping::ServiceMappingStatus {
+        endpoint: Some("tcp://cp.example.com:443/service-00003".into()),
+    });
+    let c = state.apply(&published);
+    assert_eq!(
+        (c.records, c.entries, c.wakes),
+        (1, 0, false),
+        "the endpoint's echo"
+    );
+    // Someone else's: a wrong endpoint, the label taken off, the endpoint removed.
+    let mut wrong = published.clone();
+    wrong.status = Some(cp_api::mapping::ServiceMappingStatus {
+        endpoint: Some("tcp://elsewhere:443/service-00003".into()),
+    });
+    assert!(state.apply(&wrong).wakes, "a wrong endpoint");
+    assert!(
+        !state.apply(&published).wakes,
+        "set right again (the controller's fix)"
+    );
+    assert!(
+        state.apply(&mappings[3]).wakes,
+        "label and endpoint taken away"
+    );
+    // Another port than the one expected is not the controller's.
+    state.apply(&labelled);
+    state.expect_endpoints("cp.example.com", 444);
+    assert!(state.apply(&published).wakes, "an endpoint on another port");
+    // An edit of the entry always wakes.
+    let mut edited = published.clone();
+    edited.spec.internal_address = "moved:443".into();
+    assert!(state.apply(&edited).wakes);
 }
 
 #[test]
@@ -120,7 +181,8 @@ fn the_oldest_of_a_key_is_published_and_its_successor_once_it_is_gone() {
         state.apply(&old),
         Change {
             records: 1,
-            entries: 2
+            entries: 2,
+            wakes: true
         }
     );
     assert!(state.is_published("old") && !state.is_published("young"));
@@ -138,7 +200,8 @@ fn the_oldest_of_a_key_is_published_and_its_successor_once_it_is_gone() {
         state.delete("old"),
         Change {
             records: 1,
-            entries: 2
+            entries: 2,
+            wakes: true
         }
     );
     assert!(state.is_published("young"));

@@ -270,3 +270,127 @@ async fn a_stolen_controller_token_cannot_open_a_side_door_to_cluster_admin() {
         .delete("other-module-credentials", &Default::default())
         .await;
 }
+
+/// The controller patches the proxy's pods after a mapping shard changed (the kubelet then refreshes
+/// their ConfigMap volumes at once), and RBAC lets its token patch pods in kyma-system: the policy
+/// admits the one annotation on the StatefulSet's pods and nothing else — no image, label, other
+/// annotation or finalizer, no other pod.
+#[tokio::test]
+async fn a_stolen_controller_token_changes_a_proxy_pod_only_in_its_mappings_annotation() {
+    let env = scenario().await;
+    let token = cp_tests::shared::operator_client().await;
+    let key = cp_api::keys::MAPPINGS_WRITTEN_ANNOTATION;
+    let admin: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.admin.clone(), NS);
+    // Pods no node runs (the control plane has none): the API server admits patches all the same.
+    for name in ["connectivity-proxy-90", "side-door-pod"] {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"side-door": "pod"}},
+            "spec": {"automountServiceAccountToken": false,
+                "containers": [{"name": "c", "image": "busybox"}]}}))
+        .expect("pod");
+        // The namespace's default ServiceAccount is created by the controller manager, shortly.
+        cp_tests::wait::until("a pod in kyma-system", Duration::from_secs(30), || async {
+            match admin.create(&PostParams::default(), &pod).await {
+                Ok(_) => Ok(Some(())),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Some(())),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await
+        .expect("the test's pods");
+    }
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(token.clone(), NS);
+    let patch = |name: &'static str, body: Value| {
+        let pods = pods.clone();
+        async move {
+            let params = PatchParams {
+                field_manager: Some(names::FIELD_MANAGER.into()),
+                dry_run: true,
+                ..PatchParams::default()
+            };
+            pods.patch(name, &params, &Patch::Merge(&body)).await
+        }
+    };
+    let says = "only in their annotation";
+    // The policy is in force within seconds of its creation: the first refusal is waited for.
+    cp_tests::wait::until(
+        "the writes policy in force for pods",
+        Duration::from_secs(20),
+        || async {
+            match patch(
+                "connectivity-proxy-90",
+                json!({"metadata": {"labels": {"side-door": "opened"}}}),
+            )
+            .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => Ok(Some(s.message)),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+    .expect("a label change is refused");
+    let refused: Vec<(&str, &'static str, Value)> = vec![
+        (
+            "another image",
+            "connectivity-proxy-90",
+            json!({"spec": {"containers": [{"name": "c", "image": "planted"}]}}),
+        ),
+        (
+            "another annotation",
+            "connectivity-proxy-90",
+            json!({"metadata": {"annotations": {"planted": "yes"}}}),
+        ),
+        (
+            "a finalizer",
+            "connectivity-proxy-90",
+            json!({"metadata": {"finalizers": ["example.com/planted"]}}),
+        ),
+        (
+            "the annotation on another pod",
+            "side-door-pod",
+            json!({"metadata": {"annotations": {key: "h"}}}),
+        ),
+    ];
+    for (what, name, body) in refused {
+        match patch(name, body).await {
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => {
+                assert!(
+                    s.message.contains(says),
+                    "{what}: refused, but saying {:?}",
+                    s.message
+                );
+                println!("closed: {what}: {}", s.message);
+            }
+            other => panic!("{what}: expected the API server to refuse it, got {other:?}"),
+        }
+    }
+    // What the controller writes is admitted, set or changed.
+    for value in ["h1", "h2"] {
+        patch(
+            "connectivity-proxy-90",
+            json!({"metadata": {"annotations": {key: value}}}),
+        )
+        .await
+        .expect("the mappings annotation is the controller's own write");
+    }
+    // Creating a pod is not the controller's (RBAC refuses it before the policy is asked).
+    let created = pods
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            &serde_json::from_value(json!({"metadata": {"name": "connectivity-proxy-91"},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+            .expect("pod"),
+        )
+        .await;
+    assert!(
+        matches!(&created, Err(kube::Error::Api(s)) if s.code == 403),
+        "creating a pod: {created:?}"
+    );
+    for name in ["connectivity-proxy-90", "side-door-pod"] {
+        let _ = admin.delete(name, &Default::default()).await;
+    }
+}
