@@ -262,6 +262,14 @@ impl Applier {
         confirm_absent: bool,
         why: &str,
     ) -> Result<Option<Option<String>>, Error> {
+        // A shard whose text was not put back in place of its marker is never written (the proxy
+        // would read the marker).
+        if crate::mappings::holds_marker(d) {
+            return Err(Error::Invalid(format!(
+                "internal error: ConfigMap {} would be written without its mappings (a marker in place of the text)",
+                d.name
+            )));
+        }
         if confirm_absent
             && let Some(l) = read(
                 self.writer.client(),

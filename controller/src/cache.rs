@@ -164,7 +164,11 @@ impl Cache {
                     }
                     let events = reflector::reflector(
                         writer,
-                        watcher(api, cfg).modify(|o| cp_api::slim_for_cache(o.meta_mut())),
+                        watcher(api, cfg).modify(move |o| {
+                            cp_api::slim_for_cache(o.meta_mut());
+                            // A mapping shard's text becomes its marker: the plan compares markers.
+                            crate::mappings::slim_shard(kind, o);
+                        }),
                     )
                     .default_backoff();
                     forward_managed(events, trigger, proxies, kind, &echoes).await
@@ -428,7 +432,10 @@ impl Cache {
                         crate::writer::list_owned(&self.client, kind, ns, owner)
                             .await?
                             .into_iter()
-                            .map(|o| (kind, o)),
+                            .map(|mut o| {
+                                crate::mappings::slim_shard(kind, &mut o);
+                                (kind, o)
+                            }),
                     ),
                 }
             }
@@ -463,7 +470,14 @@ impl Cache {
             if let Some(i) = pos {
                 cached.remove(i);
             }
-            cached.extend(crate::writer::read(&self.client, kind, ns, &key.2).await?);
+            cached.extend(
+                crate::writer::read(&self.client, kind, ns, &key.2)
+                    .await?
+                    .map(|mut o| {
+                        crate::mappings::slim_shard(kind, &mut o);
+                        o
+                    }),
+            );
         }
         Ok(cached)
     }

@@ -416,7 +416,8 @@ fn before_workload(kind: Kind) -> bool {
 }
 
 async fn write_one(ctx: &Ctx, w: &crate::plan::Write) -> Result<(), Error> {
-    let d = &w.desired;
+    let body = w.body();
+    let d = &*body;
     if let Some(after) = ctx
         .applier
         .apply_with(d, &w.digest, w.confirm_absent, &w.why)

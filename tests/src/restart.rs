@@ -102,7 +102,13 @@ pub async fn start_controller(cp: &ControlPlane) -> crate::controller::Controlle
     crate::controller::ControllerProcess::start(
         cp,
         "cp-controller",
-        &["--resync-seconds=5", "--manage-webhook-certs=false"],
+        // A Lease longer than a restart of the API server on a loaded machine: these tests are about
+        // recovering without a restart of the controller (losing the Lease exits, as a pod would).
+        &[
+            "--resync-seconds=5",
+            "--manage-webhook-certs=false",
+            "--lease-seconds=60",
+        ],
     )
     .await
     .expect("controller")

@@ -29,6 +29,40 @@ pub fn yes_no(met: bool) -> &'static str {
     if met { "yes" } else { "**no**" }
 }
 
+/// A goal's verdict from an interval of the figure (the range over the repeated runs, or of a ratio of
+/// two figures' ranges): met when all of it meets the goal, missed when none of it does, undetermined
+/// when it straddles the goal (the runs do not decide it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Met,
+    Missed,
+    Undetermined,
+}
+
+impl Outcome {
+    /// The outcome of `[low, high]` against `meets` (monotone in the figure); `None` when either end is
+    /// not a number (not measured).
+    pub fn of(low: f64, high: f64, meets: impl Fn(f64) -> bool) -> Option<Self> {
+        if low.is_nan() || high.is_nan() {
+            return None;
+        }
+        Some(match (meets(low), meets(high)) {
+            (true, true) => Outcome::Met,
+            (false, false) => Outcome::Missed,
+            _ => Outcome::Undetermined,
+        })
+    }
+
+    /// For a "Met" column.
+    pub fn text(self) -> &'static str {
+        match self {
+            Outcome::Met => "yes",
+            Outcome::Missed => "**no**",
+            Outcome::Undetermined => "undetermined (the runs' range straddles the goal)",
+        }
+    }
+}
+
 /// A goal's verdict in a "goal" column.
 pub fn met(met: bool) -> &'static str {
     if met { "met" } else { "missed" }
@@ -63,4 +97,21 @@ pub fn list(v: &[impl std::fmt::Display]) -> String {
 /// Milliseconds with one decimal, comma-separated.
 pub fn list_ms(v: &[f64]) -> String {
     list(&v.iter().map(|m| format!("{m:.1}")).collect::<Vec<_>>())
+}
+
+#[cfg(test)]
+mod outcome_tests {
+    use super::Outcome;
+
+    #[test]
+    fn an_interval_meets_misses_or_straddles_the_goal() {
+        let at_least_3 = |x: f64| x >= 3.0;
+        assert_eq!(Outcome::of(3.1, 4.0, at_least_3), Some(Outcome::Met));
+        assert_eq!(Outcome::of(1.0, 2.9, at_least_3), Some(Outcome::Missed));
+        assert_eq!(
+            Outcome::of(2.5, 3.5, at_least_3),
+            Some(Outcome::Undetermined)
+        );
+        assert_eq!(Outcome::of(f64::NAN, 3.5, at_least_3), None);
+    }
 }

@@ -69,6 +69,7 @@ pub(super) fn config_maps(
     ns: &str,
     resolved: &Resolved,
     shards: &[std::sync::Arc<crate::mappings::Shard>],
+    marked: bool,
 ) -> Vec<Desired> {
     let port = |name: &str| {
         cr.spec
@@ -118,15 +119,18 @@ pub(super) fn config_maps(
         names::MAPPING_SHARD_CONFIGMAPS
             .iter()
             .zip(names::MAPPING_SHARD_KEYS)
-            .zip(
-                shards
-                    .iter()
-                    .map(|s| &*s.text)
-                    .chain(std::iter::repeat("[]")),
-            )
+            .zip(shards.iter().cloned().chain(std::iter::repeat_with(|| {
+                std::sync::Arc::new(crate::mappings::Shard::of("[]".into()))
+            })))
             .take(shards.len().max(1))
-            .map(|((name, key), text)| {
-                config_map(name, BTreeMap::from([(key.to_string(), text.to_string())]))
+            .map(|((name, key), shard)| {
+                // The plan's objects hold the text's marker; the text goes in when one is written.
+                let text = if marked {
+                    shard.marker()
+                } else {
+                    shard.text.to_string()
+                };
+                config_map(name, BTreeMap::from([(key.to_string(), text)]))
             }),
     )
     .collect()

@@ -238,10 +238,36 @@ pub fn desired_with(
     resolved: &Resolved,
     mappings: &crate::mappings::MappingFacts,
 ) -> Vec<Desired> {
+    build(cr, resolved, mappings, false)
+}
+
+/// [`desired_with`] as the plan compares it: each mapping shard's text replaced by its marker
+/// ([`crate::mappings::shard_marker`]; the caches hold the live shards so), put back only into the
+/// shard a plan writes ([`crate::plan::Write::body`]).
+pub fn planned(
+    cr: &ConnectivityProxy,
+    resolved: &Resolved,
+    mappings: &crate::mappings::MappingFacts,
+) -> Vec<Desired> {
+    build(cr, resolved, mappings, true)
+}
+
+fn build(
+    cr: &ConnectivityProxy,
+    resolved: &Resolved,
+    mappings: &crate::mappings::MappingFacts,
+    marked: bool,
+) -> Vec<Desired> {
     let ns = cr.namespace().unwrap_or_else(|| names::KYMA_SYSTEM.into());
     let mut out = Vec::new();
     out.push(workload::priority_class(cr));
-    out.extend(config::config_maps(cr, &ns, resolved, &mappings.shards));
+    out.extend(config::config_maps(
+        cr,
+        &ns,
+        resolved,
+        &mappings.shards,
+        marked,
+    ));
     out.extend(workload::services(cr, &ns));
     out.push(workload::stateful_set(cr, &ns, resolved));
     out.extend(network::objects(

@@ -146,6 +146,64 @@ impl MappingFacts {
     }
 }
 
+/// How a marker starts: a control character, so that no JSON list (what a shard's text is) is one.
+const MARKER_PREFIX: &str = "\u{1}cp-shard:";
+
+/// What stands for a shard's text (hash `hash`, `escaped_len` bytes as a JSON string) in the plan's
+/// desired ConfigMaps and in the controller's caches: at 50,000 mappings the shards are megabytes,
+/// and a reconcile would otherwise copy and compare all of them to find the one that changed. The
+/// text itself is put in only when a shard is written ([`with_text`]); [`slim_shard`] turns what
+/// the API server holds into the same marker, so an edit of a shard's text by anyone else differs.
+pub fn shard_marker(hash: &str, escaped_len: usize) -> String {
+    format!("{MARKER_PREFIX}{hash}:{escaped_len}")
+}
+
+/// Whether `text` is a [`shard_marker`] (never to be written).
+pub fn is_marker(text: &str) -> bool {
+    text.starts_with(MARKER_PREFIX)
+}
+
+/// The shard key (`servicemappings[-<n>]`) of ConfigMap `name`, when it is a mapping shard.
+fn shard_key(name: &str) -> Option<&'static str> {
+    names::mapping_shard(name).map(|i| names::MAPPING_SHARD_KEYS[i])
+}
+
+/// A mapping shard ConfigMap as the caches keep it: its text replaced by its [`shard_marker`]
+/// (computed once per watch event, not per reconcile). Any other object is left as it is.
+pub fn slim_shard(kind: Kind, o: &mut DynamicObject) {
+    use kube::ResourceExt;
+    if kind != Kind::ConfigMap {
+        return;
+    }
+    let Some(key) = shard_key(&o.name_any()) else {
+        return;
+    };
+    if let Some(v) = o.data.get_mut("data").and_then(|d| d.get_mut(key))
+        && let Some(text) = v.as_str()
+        && !is_marker(text)
+    {
+        let (hash, len) = Shard::measure(text);
+        *v = serde_json::Value::String(shard_marker(&hash, len));
+    }
+}
+
+/// Desired object `d` with the text of `shard` in place of its marker: what is written.
+pub fn with_text(d: &crate::desired::Desired, text: &str) -> crate::desired::Desired {
+    let mut d = d.clone();
+    if let Some(key) = shard_key(&d.name)
+        && let Some(v) = d.body.get_mut("data").and_then(|x| x.get_mut(key))
+    {
+        *v = serde_json::Value::String(text.to_string());
+    }
+    d
+}
+
+/// Whether `d` still holds a marker where its text belongs (a body that must never be written).
+pub fn holds_marker(d: &crate::desired::Desired) -> bool {
+    d.kind == Kind::ConfigMap
+        && shard_key(&d.name).is_some_and(|key| d.body["data"][key].as_str().is_some_and(is_marker))
+}
+
 /// The digest of mapping shard ConfigMap `d` from the hash its [`Shard`] was rendered with, without
 /// reading the text again (at 50,000 mappings the shards are megabytes; a change of one mapping
 /// renders one): the hash of the object without its data and the shard's hash; `None` for any other
@@ -162,7 +220,7 @@ pub fn shard_digest(
     let body = d.body.as_object()?;
     let data = body.get("data")?.as_object()?;
     let text = data.get(key)?.as_str()?;
-    if data.len() != 1 || text.len() != shard.text.len() {
+    if data.len() != 1 || text != shard.marker() {
         return None;
     }
     let rest: serde_json::Map<String, serde_json::Value> = body
@@ -349,6 +407,58 @@ mod tests {
                 "internalAddress": "a:1"}
         }))
         .expect("mapping")
+    }
+
+    /// The caches keep a shard's marker, not its megabytes of text; it is the marker the plan renders
+    /// for the same text, another text's differs, and only a shard's key is touched.
+    #[test]
+    fn a_cached_shard_holds_the_marker_of_its_text_and_a_written_one_the_text() {
+        let text = r#"[{"name":"a","type":"TCP"}]"#;
+        let shard = Shard::of(text.to_string());
+        let cm = |name: &str, key: &str, value: &str| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "kyma-system"}, "data": {key: value}}))
+            .expect("cm")
+        };
+        let mut live = cm(
+            names::MAPPING_SHARD_CONFIGMAPS[1],
+            names::MAPPING_SHARD_KEYS[1],
+            text,
+        );
+        slim_shard(Kind::ConfigMap, &mut live);
+        let held = live.data["data"][names::MAPPING_SHARD_KEYS[1]]
+            .as_str()
+            .expect("marker");
+        assert_eq!(held, shard.marker());
+        assert!(is_marker(held) && !is_marker(text));
+        let again = live.clone();
+        slim_shard(Kind::ConfigMap, &mut live);
+        assert_eq!(live, again, "a marker stays");
+        let mut edited = cm(
+            names::MAPPING_SHARD_CONFIGMAPS[1],
+            names::MAPPING_SHARD_KEYS[1],
+            "[]",
+        );
+        slim_shard(Kind::ConfigMap, &mut edited);
+        assert_ne!(edited.data, again.data, "another text, another marker");
+        for mut other in [
+            cm(names::CONFIGMAP_CONFIG, names::MAPPING_SHARD_KEYS[0], text),
+            cm(names::CONFIGMAP_SERVICE_MAPPINGS, "other-key", text),
+        ] {
+            let before = other.clone();
+            slim_shard(Kind::ConfigMap, &mut other);
+            assert_eq!(other, before);
+        }
+        let desired = crate::desired::Desired {
+            kind: Kind::ConfigMap,
+            name: names::MAPPING_SHARD_CONFIGMAPS[1].into(),
+            namespace: Some("kyma-system".into()),
+            body: serde_json::json!({"data": {names::MAPPING_SHARD_KEYS[1]: shard.marker()}}),
+        };
+        assert!(holds_marker(&desired));
+        let written = with_text(&desired, &shard.text);
+        assert!(!holds_marker(&written));
+        assert_eq!(written.body["data"][names::MAPPING_SHARD_KEYS[1]], text);
     }
 
     #[test]

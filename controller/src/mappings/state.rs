@@ -59,13 +59,26 @@ pub struct Shard {
 }
 
 impl Shard {
-    fn of(text: String) -> Self {
-        let escapes = text.bytes().filter(|b| *b == b'"' || *b == b'\\').count();
+    /// The shard of `text`.
+    pub fn of(text: String) -> Self {
+        let (hash, escaped_len) = Self::measure(&text);
         Self {
-            hash: crate::desired::hash_str(&text),
-            escaped_len: text.len() + escapes,
+            hash,
+            escaped_len,
             text: text.into(),
         }
+    }
+
+    /// The hash and escaped length of a shard's text.
+    pub fn measure(text: &str) -> (String, usize) {
+        let escapes = text.bytes().filter(|b| *b == b'"' || *b == b'\\').count();
+        (crate::desired::hash_str(text), text.len() + escapes)
+    }
+
+    /// What stands for the text in the plan's desired ConfigMaps and in the caches
+    /// ([`super::shard_marker`]).
+    pub fn marker(&self) -> String {
+        super::shard_marker(&self.hash, self.escaped_len)
     }
 }
 

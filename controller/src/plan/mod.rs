@@ -83,6 +83,18 @@ pub struct Write {
     pub confirm_absent: bool,
     /// The resourceVersion the cache held (the cache is trusted again once it has moved past it).
     pub cached_version: Option<String>,
+    /// A mapping shard's text, which the desired object holds only as its marker.
+    pub text: Option<std::sync::Arc<str>>,
+}
+
+impl Write {
+    /// The object as written: a mapping shard with its text in place of the marker.
+    pub fn body(&self) -> std::borrow::Cow<'_, Desired> {
+        match &self.text {
+            Some(text) => std::borrow::Cow::Owned(crate::mappings::with_text(&self.desired, text)),
+            None => std::borrow::Cow::Borrowed(&self.desired),
+        }
+    }
 }
 
 /// The install plan.
@@ -367,7 +379,7 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         .or_else(|| facts.tunnel_tls.clone());
     resolved.secrets_hash = secrets_hash(tls.as_ref(), key.key.as_ref());
     let mappings = &facts.mappings;
-    let mut objects = desired::desired_with(cr, &resolved, mappings);
+    let mut objects = desired::planned(cr, &resolved, mappings);
     objects.extend(tunnel.objects.iter().cloned());
     objects.extend(key.objects.iter().cloned());
     let (ca_object, ca_problem, keep_ca) = connectivity_ca_object(cr, &resolved, facts);
@@ -516,12 +528,22 @@ fn changes(
                 held = hold;
                 continue;
             }
+            let text = names::mapping_shard(&d.name)
+                .filter(|_| d.kind == Kind::ConfigMap)
+                .map(|i| {
+                    facts
+                        .mappings
+                        .shards
+                        .get(i)
+                        .map_or_else(|| std::sync::Arc::from("[]"), |s| s.text.clone())
+                });
             writes.push(Write {
                 desired: d.clone(),
                 digest: digest.clone(),
                 why,
                 confirm_absent: live.is_none(),
                 cached_version: live.and_then(|l| l.metadata.resource_version.clone()),
+                text,
             });
         }
     }

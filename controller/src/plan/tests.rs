@@ -777,7 +777,7 @@ fn names_in_shards(i: &Install) -> Vec<String> {
         .iter()
         .filter(|w| names::MAPPING_SHARD_CONFIGMAPS.contains(&w.desired.name.as_str()))
         .flat_map(|w| {
-            let data = w.desired.body["data"]
+            let data = w.body().body["data"]
                 .as_object()
                 .cloned()
                 .unwrap_or_default();
@@ -1027,7 +1027,7 @@ fn published(i: &Install) -> Vec<String> {
         .iter()
         .find(|w| w.desired.name == names::CONFIGMAP_SERVICE_MAPPINGS)
         .expect("the mappings ConfigMap is written");
-    let json = cm.desired.body["data"][names::CONFIGMAP_SERVICE_MAPPINGS_KEY]
+    let json = cm.body().body["data"][names::CONFIGMAP_SERVICE_MAPPINGS_KEY]
         .as_str()
         .expect("servicemappings")
         .to_string();

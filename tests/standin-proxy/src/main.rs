@@ -165,6 +165,20 @@ fn read_channels(path: &Path) -> (Vec<dial::Target>, usize) {
     (channels, files.len())
 }
 
+/// What changes when the kubelet swaps a volume's files (its `..data` link, replaced atomically at
+/// every refresh), or else the mappings path's modification time: cheap enough to look at every
+/// [`POLL`], so that new mappings are read as soon as they are in the files (the bench times create →
+/// in the proxy's files), not at the next round of checks.
+fn mappings_stamp(path: &Path) -> Option<String> {
+    if let Ok(target) = std::fs::read_link(path.join("..data")) {
+        return Some(target.display().to_string());
+    }
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .map(|t| format!("{t:?}"))
+}
+
 /// Reads a file as UTF-8 text, the error naming what failed.
 fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))
@@ -308,11 +322,17 @@ fn main() -> ExitCode {
     let mut last_ports: Vec<u16> = Vec::new();
     let mut last_channels: Option<(usize, usize)> = None;
     let mut next_check = Instant::now();
+    let mut last_stamp = mappings_stamp(&mappings_path);
     loop {
         if stop.load(Ordering::Relaxed) {
             listeners.clear();
             log(&[("event", text("stopping")), ("reason", text("signal"))]);
             return ExitCode::SUCCESS;
+        }
+        let stamp = mappings_stamp(&mappings_path);
+        if stamp != last_stamp {
+            last_stamp = stamp;
+            next_check = Instant::now();
         }
         if Instant::now() >= next_check {
             next_check = Instant::now() + CHECK_EVERY;

@@ -8,6 +8,7 @@
 //! ServiceAccounts. Moments are taken from watch events (the bench's own watches), never from polling
 //! with sleeps.
 
+pub mod actions;
 pub mod aggregation;
 pub mod common;
 pub mod cpu;
@@ -58,6 +59,8 @@ pub struct ControllerFigures {
     pub one_mapping: Percentiles,
     pub reconcile_cpu: Vec<ReconcileCpu>,
     pub takeover: Takeover,
+    /// What a mapping create and a CR edit cost, without and with the many mappings (issue #46, item 3).
+    pub actions: Vec<actions::ActionCost>,
     /// Wall time of the whole run.
     pub elapsed_secs: f64,
 }
@@ -188,6 +191,12 @@ async fn main_phase(
     play_until_ready(&admin, cr_watch.rx.clone(), Duration::from_secs(60)).await?;
     settle(&ctrl).await?;
 
+    figures
+        .actions
+        .extend(actions::costs(cp, &ctrl, 0, "none", 20_100).await?);
+    play_until_ready(&admin, cr_watch.rx.clone(), Duration::from_secs(60)).await?;
+    settle(&ctrl).await?;
+
     figures.aggregation = aggregation::aggregate(&admin, sizes.mappings, sizes.adopt_wait).await?;
     settle(&ctrl).await?;
     figures.one_mapping =
@@ -205,6 +214,11 @@ async fn main_phase(
         )
         .await?,
     );
+    settle(&ctrl).await?;
+    figures
+        .actions
+        .extend(actions::costs(cp, &ctrl, present, "many", 20_101).await?);
+    play_until_ready(&admin, cr_watch.rx.clone(), Duration::from_secs(60)).await?;
     // Steady state with the mappings: requests, writes and CPU of an idle window (issue #33).
     settle(&ctrl).await?;
     figures.idle = requests::idle_requests(cp, sizes.idle).await?;
@@ -266,6 +280,7 @@ pub fn render(f: &ControllerFigures) -> String {
     s.push_str(&latency::render_drift(&f.drift));
     s.push_str(&memory::render(&f.memory, f.aggregation.mappings));
     s.push_str(&aggregation::render(&f.aggregation, &f.one_mapping));
+    s.push_str(&actions::render(&f.actions));
     s.push_str(&takeover::render(&f.takeover));
     s
 }
@@ -283,6 +298,7 @@ mod tests {
             "full reconcile",
             "Memory",
             "Aggregating",
+            "What one user action costs",
             "legacy installation",
         ] {
             assert!(text.contains(heading), "{heading} missing");

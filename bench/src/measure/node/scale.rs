@@ -302,10 +302,11 @@ pub fn render(s: &Scale) -> String {
         verdict(s.one_to_proxy.p99_ms <= GOAL_TO_PROXY_P99_MS)
     ));
     out.push_str(
-        "A mapping reaches the proxy's files when the kubelet next refreshes the pod's ConfigMap volume: on its pod \
-         sync, every minute by default (`syncFrequency`), the node here as a Gardener node. That, not the controller, \
-         sets the create → file time; a goal of a second needs a proxy that reads the mappings from the API, or a \
-         sidecar that does, not ConfigMap files.\n\n",
+        "A mapping reaches the proxy's files when the kubelet next refreshes the pod's ConfigMap volumes: at its \
+         periodic pod sync (every minute by default, `syncFrequency`, the node here as a Gardener node) or when the \
+         pod object changes. After each shard write the controller sets the annotation \
+         `connectivityproxy.sap.com/mappings-written` on the proxy's pods, so the kubelet syncs them at once. The \
+         stand-in looks at its volume's `..data` link every 50 ms and reads the files when it changed.\n\n",
     );
     out
 }
