@@ -577,6 +577,24 @@ impl Cluster {
         )
     }
 
+    /// The JSON lines the proxy stand-in logged in pod `pod` of kyma-system, newest first (its other
+    /// lines left out).
+    pub fn standin_log(&self, pod: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+        let log = self.kubectl_run(&[
+            "logs",
+            "-n",
+            cp_api::names::KYMA_SYSTEM,
+            pod,
+            "-c",
+            "connectivity-proxy",
+        ])?;
+        Ok(log
+            .lines()
+            .rev()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect())
+    }
+
     /// What a Kyma cluster has before the module arrives: the namespaces (kyma-system enforcing the
     /// `restricted` Pod Security level), Istio's and the SAP BTP service operator's CRDs, the Gardener
     /// shoot-info; and the stand-in CA endpoint's root in the optional trust Secret the bundle mounts.

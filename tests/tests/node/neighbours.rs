@@ -49,18 +49,9 @@ fn mutated(pod: &Pod) -> Result<(), String> {
 
 /// The last `dial` outcome the proxy stand-in logged for `target` in `pod`.
 fn last_dial(cluster: &Cluster, pod: &str, target: &str) -> anyhow::Result<Option<bool>> {
-    let log = cluster.kubectl_run(&[
-        "logs",
-        "-n",
-        names::KYMA_SYSTEM,
-        pod,
-        "-c",
-        "connectivity-proxy",
-    ])?;
-    Ok(log
-        .lines()
-        .rev()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    Ok(cluster
+        .standin_log(pod)?
+        .iter()
         .find(|v| v["event"] == "dial" && v["target"] == target)
         .and_then(|v| v["reachable"].as_bool()))
 }

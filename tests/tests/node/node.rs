@@ -62,20 +62,11 @@ fn pod_name(p: &Pod) -> String {
 
 /// The last configuration the stand-in proxy logged it read (as the proxy reads it: YAML 1.1).
 fn standin_config(cluster: &Cluster, pod: &str) -> anyhow::Result<serde_json::Value> {
-    let log = cluster.kubectl_run(&[
-        "logs",
-        "-n",
-        names::KYMA_SYSTEM,
-        pod,
-        "-c",
-        "connectivity-proxy",
-    ])?;
-    log.lines()
-        .rev()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    let log = cluster.standin_log(pod)?;
+    log.iter()
         .find(|v| v.get("config").is_some())
         .map(|v| v["config"].clone())
-        .with_context(|| format!("no configuration line in the stand-in's log:\n{log}"))
+        .with_context(|| format!("no configuration line in the stand-in's log: {log:?}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -866,18 +857,9 @@ async fn edit_reaches_the_proxy(cluster: &Cluster, port: i64) -> anyhow::Result<
 
 /// The service channels the proxy stand-in last said it read from its mapping files, in `pod`.
 fn standin_channels(cluster: &Cluster, pod: &str) -> anyhow::Result<Option<u64>> {
-    let log = cluster.kubectl_run(&[
-        "logs",
-        "-n",
-        names::KYMA_SYSTEM,
-        pod,
-        "-c",
-        "connectivity-proxy",
-    ])?;
-    Ok(log
-        .lines()
-        .rev()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    Ok(cluster
+        .standin_log(pod)?
+        .iter()
         .find(|v| v["event"] == "mappings")
         .and_then(|v| v["channels"].as_u64()))
 }

@@ -20,8 +20,6 @@ use crate::harness::watch::wait_until;
 
 /// The proxy pod whose files are read (the StatefulSet's first).
 const PROXY_POD: &str = "connectivity-proxy-0";
-/// Its container.
-const PROXY_CONTAINER: &str = "connectivity-proxy";
 /// Goals (stated before measuring, from issue #46): the controller's CPU for a change of one mapping,
 /// and create → in the proxy's files, p99.
 pub const GOAL_CPU_PER_CHANGE_MS: f64 = 1.0;
@@ -57,18 +55,9 @@ pub struct Scale {
 
 /// What the stand-in last logged it read: (channels, files).
 fn proxy_reads(cluster: &Cluster) -> anyhow::Result<Option<(usize, usize)>> {
-    let log = cluster.kubectl_run(&[
-        "logs",
-        "-n",
-        names::KYMA_SYSTEM,
-        PROXY_POD,
-        "-c",
-        PROXY_CONTAINER,
-    ])?;
-    Ok(log
-        .lines()
-        .rev()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    Ok(cluster
+        .standin_log(PROXY_POD)?
+        .iter()
         .find(|v| v["event"] == "mappings")
         .and_then(|v| {
             Some((
