@@ -18,7 +18,7 @@ use crate::gather::Facts;
 use crate::status::{self, Computed, Cond, types};
 
 /// How many mapping names a status message lists.
-const LIST_AT_MOST: usize = 20;
+const LIST_AT_MOST: usize = crate::mappings::NAMES_LISTED;
 
 /// One write of a deletion, in the order carried out.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,7 +53,7 @@ pub struct DeletionPlan {
 /// The deletion of a CR with `finalizers`, from the ServiceMappings and the managed objects in
 /// `facts`; a blocked deletion is looked at again after `resync`.
 pub fn plan_deletion(finalizers: &[String], facts: &Facts, resync: Duration) -> DeletionPlan {
-    let mut mappings: Vec<&str> = facts.mappings.names().collect();
+    let mappings: Vec<&str> = facts.mappings.names().collect();
     if !finalizers.iter().any(|f| f == names::FINALIZER) {
         return DeletionPlan {
             steps: vec![],
@@ -61,8 +61,8 @@ pub fn plan_deletion(finalizers: &[String], facts: &Facts, resync: Duration) -> 
         };
     }
     if !mappings.is_empty() {
-        mappings.sort();
-        let more = mappings.len().saturating_sub(LIST_AT_MOST);
+        // The facts carry the smallest names, sorted, and the count.
+        let more = facts.mappings.len().saturating_sub(LIST_AT_MOST);
         let mut listed = mappings
             .iter()
             .take(LIST_AT_MOST)

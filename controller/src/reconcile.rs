@@ -239,30 +239,33 @@ async fn execute(cr: &ConnectivityProxy, ctx: &Ctx, install: &Install) -> Result
         };
     }
     let port = cp_api::validation::external_port(&cr.spec);
-    // The endpoints about to be written: their watch events are echoes and wake nobody.
-    ctx.mappings
-        .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .expect_endpoints(&install.resolved.external_host, port);
-    let losers: Vec<_> = install.conflicts.iter().map(|c| c.loser.clone()).collect();
+    // The endpoints about to be written: their watch events are echoes and wake nobody. The
+    // mappings to write come from the state's unsettled set (kept by the watch one change at a
+    // time), not from a look at every mapping.
+    let (unsettled, left) = {
+        let mut state = ctx
+            .mappings
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.expect_endpoints(&install.resolved.external_host, port);
+        state.unsettled(crate::mappings::MAPPINGS_PER_RECONCILE)
+    };
     let mut requeue = install.requeue;
-    match crate::mappings::reconcile_mappings(
+    // More mappings to take over than one reconcile does: the next follows at once.
+    if left {
+        requeue = requeue.min(std::time::Duration::from_millis(50));
+    }
+    if let Err(e) = crate::mappings::reconcile_mappings(
         ctx.applier.writer(),
-        &install.published,
-        &losers,
+        unsettled,
         &install.resolved,
         port,
     )
     .await
     {
-        // More mappings to take over than one reconcile does: the next follows at once.
-        Ok((_, true)) => requeue = requeue.min(std::time::Duration::from_millis(50)),
-        Ok((_, false)) => {}
         // No longer woken by the echoes of its own writes, a failed one is retried soon.
-        Err(e) => {
-            tracing::warn!(error = %e, "updating ServiceMappings");
-            requeue = requeue.min(std::time::Duration::from_secs(5));
-        }
+        tracing::warn!(error = %e, "updating ServiceMappings");
+        requeue = requeue.min(std::time::Duration::from_secs(5));
     }
     report_conflicts(ctx, &install.conflicts).await;
     report_unproven(ctx, cr, &install.unproven).await;

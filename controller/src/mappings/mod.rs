@@ -88,14 +88,20 @@ impl ShardWrites {
     }
 }
 
+/// How many names of mappings the facts carry for messages (a blocked deletion lists up to 20).
+pub const NAMES_LISTED: usize = 20;
+
 /// The ServiceMappings as a reconcile decides from them: taken from the [`MappingState`] the watch
-/// keeps (`gather`), the shards already split for the count the live shard ConfigMaps call for.
+/// keeps (`gather`), the shards already split for the count the live shard ConfigMaps call for. Counts
+/// and a few names, not the mappings: at 50,000 a reconcile must not copy them all.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MappingFacts {
-    /// The published mappings (the oldest of each key), shared with the plan's result (not copied).
-    pub published: Arc<[Arc<Mapping>]>,
+    /// How many mappings are published (the oldest of each key).
+    pub published: usize,
     /// The mappings left out because an older one has the same key, sorted by the loser's name.
     pub conflicts: Vec<Conflict>,
+    /// The [`NAMES_LISTED`] smallest names of all mappings, published or not, sorted.
+    pub first_names: Vec<Arc<str>>,
     /// The bytes of the published entries together ([`cp_api::mapping::entry_bytes`] summed).
     pub bytes: usize,
     /// Each shard ([`cp_api::mapping::shards_for`] of [`Self::bytes`] and the live count).
@@ -113,8 +119,9 @@ impl MappingFacts {
         let bytes = state.published_bytes();
         let count = cp_api::mapping::shards_for(bytes, live);
         Self {
-            published: state.published().into(),
+            published: state.published_count(),
             conflicts: state.conflicts(),
+            first_names: state.first_names(NAMES_LISTED),
             bytes,
             shards: state.shards(count),
             channel_ports: state.channel_ports(),
@@ -129,7 +136,7 @@ impl MappingFacts {
 
     /// How many mappings exist, published or not.
     pub fn len(&self) -> usize {
-        self.published.len() + self.conflicts.len()
+        self.published + self.conflicts.len()
     }
 
     /// Whether none exists.
@@ -137,12 +144,9 @@ impl MappingFacts {
         self.len() == 0
     }
 
-    /// Every mapping's name, published or not, unsorted.
+    /// The [`NAMES_LISTED`] smallest names of all mappings, sorted.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.published
-            .iter()
-            .map(|m| m.name())
-            .chain(self.conflicts.iter().map(|c| c.loser.name()))
+        self.first_names.iter().map(|n| &**n)
     }
 }
 
@@ -284,44 +288,36 @@ const PARALLEL_WRITES: usize = 16;
 /// meanwhile, rather than in one that takes minutes.
 pub const MAPPINGS_PER_RECONCILE: usize = 1024;
 
-/// Labels a mapping as taken over and writes its endpoint, each only when it differs, up to
-/// [`PARALLEL_WRITES`] mappings at a time and [`MAPPINGS_PER_RECONCILE`] in all; a mapping that is
-/// not published (`unpublished`, a duplicate) is taken over too but advertises no endpoint. Returns
-/// how many writes it made and whether mappings are left for the next reconcile.
+/// Labels the mappings of `unsettled` (from [`MappingState::unsettled`], each with whether it is
+/// published) as taken over and writes their endpoints, each only when it differs, up to
+/// [`PARALLEL_WRITES`] mappings at a time; a mapping that is not published (a duplicate) is taken
+/// over too but advertises no endpoint. Returns how many writes it made.
 pub async fn reconcile_mappings(
     writer: &crate::writer::Writer,
-    published: &[Arc<Mapping>],
-    unpublished: &[Arc<Mapping>],
+    unsettled: Vec<(Arc<Mapping>, bool)>,
     resolved: &Resolved,
     port: i32,
-) -> Result<(usize, bool), Error> {
+) -> Result<usize, Error> {
     use futures::StreamExt;
     let api: Api<ServiceMapping> = Api::all(writer.client().clone());
     // Collected first: a lazy iterator of closures held across the awaits makes the future's
     // lifetimes too general for the controller's `Send` bound.
-    // Only the mappings that need a write are handed to the stream: in a steady state with 10,000
-    // mappings none does, and a future per mapping cost more than the comparison.
-    // The endpoints are compared piece by piece: formatting 10,000 of them per reconcile to find
-    // that none changed cost more than the rest of the comparison.
-    let mut all: Vec<(Arc<Mapping>, Option<String>)> = Vec::new();
     let port_text = port.to_string();
-    for m in published {
-        let advertised = m
-            .endpoint
-            .as_deref()
-            .is_some_and(|have| is_endpoint(have, m, &resolved.external_host, &port_text));
-        if !(advertised && m.taken_over) {
-            all.push((m.clone(), Some(endpoint(m, resolved, port))));
-        }
-    }
-    all.extend(
-        unpublished
-            .iter()
-            .filter(|m| !up_to_date(m, None))
-            .map(|m| (m.clone(), None)),
-    );
-    let left = all.len() > MAPPINGS_PER_RECONCILE;
-    all.truncate(MAPPINGS_PER_RECONCILE);
+    let all: Vec<(Arc<Mapping>, Option<String>)> = unsettled
+        .into_iter()
+        .filter_map(|(m, published)| {
+            if published {
+                let advertised = m
+                    .endpoint
+                    .as_deref()
+                    .is_some_and(|have| is_endpoint(have, &m, &resolved.external_host, &port_text));
+                let want = endpoint(&m, resolved, port);
+                (!(advertised && m.taken_over)).then_some((m, Some(want)))
+            } else {
+                (!up_to_date(&m, None)).then_some((m, None))
+            }
+        })
+        .collect();
     let results: Vec<Result<usize, Error>> = futures::stream::iter(all)
         .map(|(m, want)| {
             let api = api.clone();
@@ -330,7 +326,7 @@ pub async fn reconcile_mappings(
         .buffer_unordered(PARALLEL_WRITES)
         .collect()
         .await;
-    Ok((results.into_iter().sum::<Result<usize, Error>>()?, left))
+    results.into_iter().sum::<Result<usize, Error>>()
 }
 
 /// Whether mapping `m` is taken over (label and annotation) and advertises `want` as its endpoint.

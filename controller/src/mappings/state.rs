@@ -180,6 +180,10 @@ pub struct MappingState {
     renders: std::sync::atomic::AtomicUsize,
     /// The host and port the published mappings' endpoints name, as the last reconcile wrote them.
     expected: Option<(Box<str>, Box<str>)>,
+    /// The mappings whose label or endpoint is not yet what the controller writes for them (against
+    /// [`Self::expected`]): what a reconcile writes, kept one change at a time so that a reconcile
+    /// does not look at every mapping to find the one that needs a write.
+    unsettled: BTreeSet<Arc<str>>,
 }
 
 impl MappingState {
@@ -287,7 +291,85 @@ impl MappingState {
     /// reconcile writes them): a watch event that only brings a mapping to that endpoint, or only adds
     /// the takeover label, is the echo of the controller's own write and wakes no reconcile.
     pub fn expect_endpoints(&mut self, host: &str, port: i32) {
-        self.expected = Some((host.into(), port.to_string().into()));
+        let expected = Some((host.into(), port.to_string().into()));
+        if self.expected == expected {
+            return;
+        }
+        // Another host or port: every published mapping's endpoint is looked at again (once).
+        self.expected = expected;
+        let names: Vec<Arc<str>> = self.by_name.keys().cloned().collect();
+        for name in names {
+            self.resettle(&name);
+        }
+    }
+
+    /// Puts mapping `name` into [`Self::unsettled`] or takes it out, from its record now.
+    fn resettle(&mut self, name: &str) {
+        let settled = match self.by_name.get(name) {
+            Some(m) => m.taken_over && self.endpoint_settled(m, self.is_published(name)),
+            None => true,
+        };
+        if settled {
+            self.unsettled.remove(name);
+        } else if let Some(m) = self.by_name.get(name) {
+            self.unsettled.insert(m.name.clone());
+        }
+    }
+
+    /// Resettles every mapping of `key` (its published one may have changed).
+    fn resettle_key(&mut self, key: &MappingKey) {
+        let names: Vec<Arc<str>> = self
+            .by_key
+            .get(key)
+            .map(|ages| ages.iter().map(|a| a.2.clone()).collect())
+            .unwrap_or_default();
+        for name in names {
+            self.resettle(&name);
+        }
+    }
+
+    /// Up to `at_most` mappings whose label or endpoint the controller still has to write, in name
+    /// order, each with whether it is published (it advertises an endpoint only then); and whether
+    /// more are left.
+    pub fn unsettled(&self, at_most: usize) -> (Vec<(Arc<Mapping>, bool)>, bool) {
+        let out: Vec<(Arc<Mapping>, bool)> = self
+            .unsettled
+            .iter()
+            .filter_map(|n| self.by_name.get(n))
+            .take(at_most)
+            .map(|m| (m.clone(), self.is_published(&m.name)))
+            .collect();
+        (out, self.unsettled.len() > at_most)
+    }
+
+    /// How many mappings the controller still has to label or write the endpoint of.
+    pub fn unsettled_count(&self) -> usize {
+        self.unsettled.len()
+    }
+
+    /// How many mappings are published.
+    pub fn published_count(&self) -> usize {
+        self.fine.iter().map(BTreeMap::len).sum()
+    }
+
+    /// The `at_most` smallest names of all mappings (published or not), sorted: what messages
+    /// list, found among the first of each name-ordered map rather than by sorting every name.
+    pub fn first_names(&self, at_most: usize) -> Vec<Arc<str>> {
+        let mut names: Vec<Arc<str>> = self
+            .fine
+            .iter()
+            .flat_map(|f| f.keys().take(at_most).cloned())
+            .chain(
+                self.duplicated
+                    .iter()
+                    .filter_map(|k| self.by_key.get(k))
+                    .flat_map(|ages| ages.iter().skip(1).map(|a| a.2.clone())),
+            )
+            .collect();
+        names.sort();
+        names.dedup();
+        names.truncate(at_most);
+        names
     }
 
     /// Whether `m`'s endpoint is the one the controller writes for it (none while it is not published).
@@ -310,6 +392,7 @@ impl MappingState {
                 if mapping_key(&r.spec) == mapping_key(&record.spec) && r.age() == record.age() =>
             {
                 let rewritten = r.entry != record.entry;
+                let name = record.name.clone();
                 let published = self.is_published(&record.name);
                 // Nothing to do about a change that took nothing of the controller's away: the label
                 // stayed or came, the endpoint stayed or became the one the controller writes.
@@ -329,6 +412,7 @@ impl MappingState {
                         entries = 1;
                     }
                 }
+                self.resettle(&name);
                 return Change {
                     records: 1,
                     entries,
@@ -346,6 +430,7 @@ impl MappingState {
             self.duplicated.insert(key.clone());
         }
         change.entries += self.publish_oldest(&key);
+        self.resettle_key(&key);
         change.records = 1;
         change.wakes = true;
         change
@@ -395,6 +480,8 @@ impl MappingState {
             }
         }
         entries += self.publish_oldest(&key);
+        self.unsettled.remove(name);
+        self.resettle_key(&key);
         Change {
             records: 1,
             entries,

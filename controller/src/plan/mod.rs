@@ -116,8 +116,6 @@ pub struct Install {
     pub resolved: Resolved,
     /// The tunnel certificate (metrics).
     pub tunnel: Tunnel,
-    /// The ServiceMappings published (the oldest of each key).
-    pub published: std::sync::Arc<[std::sync::Arc<crate::mappings::Mapping>]>,
     /// The ServiceMappings left out because an older one has the same key.
     pub conflicts: Vec<crate::mappings::Conflict>,
     /// How many ConfigMaps the published mappings are split across.
@@ -422,7 +420,7 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         ca_problem,
         auditlog_problem,
         key_waiting: key.waiting.clone(),
-        published: mappings.published.len(),
+        published: mappings.published,
         conflicts: &mappings.conflicts,
         statefulset_written: false,
         renew_at: tunnel.renew_at,
@@ -448,7 +446,6 @@ fn install(cr: &ConnectivityProxy, facts: &Facts, settings: &Settings, deps: Con
         requeue,
         resolved,
         tunnel,
-        published: mappings.published.clone(),
         conflicts: mappings.conflicts.clone(),
         mapping_shards: mappings.shards.len(),
         mapping_bytes: mappings.bytes,

@@ -285,3 +285,84 @@ fn a_shard_knows_its_hash_and_escaped_length() {
     assert_eq!(shard.escaped_len, as_value.len() - 2, "{as_value}");
     assert_eq!(shard.hash, crate::desired::hash_str(&shard.text));
 }
+
+/// The mappings a reconcile writes come from the unsettled set, kept one change at a time: a new
+/// mapping adds exactly one name, the echoes of its label and endpoint take it out, a duplicate's
+/// winner and loser are both looked at again, and another port unsettles every published mapping.
+#[test]
+fn the_unsettled_set_holds_exactly_the_mappings_that_need_a_write() {
+    let settled = |m: &ServiceMapping, endpoint: Option<&str>| {
+        let mut m = m.clone();
+        m.metadata.labels = Some([(names::LABEL_MODULE.into(), names::MODULE_VALUE.into())].into());
+        m.metadata.annotations = Some(
+            [(
+                cp_api::keys::ADOPTED_ANNOTATION.into(),
+                "connectivity-proxy".into(),
+            )]
+            .into(),
+        );
+        m.status = endpoint.map(|e| cp_api::mapping::ServiceMappingStatus {
+            endpoint: Some(e.into()),
+        });
+        m
+    };
+    let endpoint = |i: usize| format!("tcp://cp.example.com:443/service-{i:05}");
+    let mappings: Vec<ServiceMapping> = (0..1000).map(numbered).collect();
+    let mut state = MappingState::of(&mappings);
+    state.expect_endpoints("cp.example.com", 443);
+    assert_eq!(state.unsettled_count(), 1000, "nothing written yet");
+    for (i, m) in mappings.iter().enumerate() {
+        state.apply(&settled(m, Some(&endpoint(i))));
+    }
+    assert_eq!(state.unsettled_count(), 0, "every echo settles its mapping");
+    let (none, left) = state.unsettled(10);
+    assert!(none.is_empty() && !left);
+
+    // One new mapping: exactly it, published.
+    let new = numbered(1000);
+    state.apply(&new);
+    let (one, left) = state.unsettled(10);
+    let names: Vec<&str> = one
+        .iter()
+        .map(|(m, p)| if *p { m.name() } else { "?" })
+        .collect();
+    assert_eq!((names, left), (vec!["m-01000"], false));
+    state.apply(&settled(&new, Some(&endpoint(1000))));
+    assert_eq!(state.unsettled_count(), 0);
+
+    // An older twin of m-00007: it wins, the former winner loses and must drop its endpoint.
+    let twin = mapping(
+        "a-twin",
+        "2025-01-01T00:00:00Z",
+        "service-00007",
+        "twin.apps:443",
+    );
+    state.apply(&twin);
+    let (two, _) = state.unsettled(10);
+    let got: Vec<(&str, bool)> = two.iter().map(|(m, p)| (m.name(), *p)).collect();
+    assert_eq!(got, vec![("a-twin", true), ("m-00007", false)]);
+    state.apply(&settled(
+        &twin,
+        Some("tcp://cp.example.com:443/service-00007"),
+    ));
+    state.apply(&settled(&mappings[7], None));
+    assert_eq!(
+        state.unsettled_count(),
+        0,
+        "loser without endpoint is settled"
+    );
+    // The twin deleted: m-00007 is published again and needs its endpoint back.
+    state.delete("a-twin");
+    let (back, _) = state.unsettled(10);
+    let got: Vec<(&str, bool)> = back.iter().map(|(m, p)| (m.name(), *p)).collect();
+    assert_eq!(got, vec![("m-00007", true)]);
+    state.apply(&settled(&mappings[7], Some(&endpoint(7))));
+
+    // Another port: every published mapping, and in pieces of at most the reconcile's share.
+    state.expect_endpoints("cp.example.com", 444);
+    assert_eq!(state.unsettled_count(), 1001);
+    let (first, left) = state.unsettled(100);
+    assert_eq!((first.len(), left), (100, true));
+    assert_eq!(state.first_names(3).len(), 3);
+    assert_eq!(&*state.first_names(1)[0], "m-00000");
+}
