@@ -14,8 +14,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use cp_api::{ConnectivityProxy, ServiceMapping, names};
-use cp_bench::harness::mappings::{create_mappings, numbered_mappings, tcp_mapping};
+use cp_api::{ConnectivityProxy, ServiceMapping};
+use cp_bench::harness::mappings::{adopted, create_mappings, numbered_mappings, tcp_mapping};
 use cp_bench::harness::metrics::{metric_sum, scrape};
 use cp_bench::harness::plane::{pid, with_control_plane};
 use cp_bench::harness::procfs::process_cpu_us;
@@ -24,16 +24,7 @@ use cp_bench::measure::controller::common::{
     CONTROLLER_PROCESS, CR, CrView, DOMAIN, NS, install_prerequisites, play_until_ready, settle,
 };
 use cp_tests::controller::ControllerProcess;
-use kube::ResourceExt;
 use kube::api::{Api, PostParams};
-
-fn adopted(m: &ServiceMapping) -> bool {
-    m.labels().contains_key(names::LABEL_MODULE)
-        && m.status
-            .as_ref()
-            .and_then(|s| s.endpoint.as_ref())
-            .is_some()
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -22,6 +22,16 @@ pub fn tcp_mapping(name: &str) -> ServiceMapping {
     )
 }
 
+/// Whether the controller has taken mapping `m` over: its module label and an endpoint in its status
+/// (the controller's last writes for a new mapping).
+pub fn adopted(m: &ServiceMapping) -> bool {
+    m.labels().contains_key(names::LABEL_MODULE)
+        && m.status
+            .as_ref()
+            .and_then(|s| s.endpoint.as_ref())
+            .is_some()
+}
+
 /// ServiceMappings `m-00001` … `m-<n>` ([`tcp_mapping`]): what every section of the bench creates.
 pub fn numbered_mappings(n: usize) -> Vec<ServiceMapping> {
     (1..=n).map(|i| tcp_mapping(&format!("m-{i:05}"))).collect()

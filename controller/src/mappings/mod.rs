@@ -301,21 +301,13 @@ pub async fn reconcile_mappings(
     use futures::StreamExt;
     let api: Api<ServiceMapping> = Api::all(writer.client().clone());
     // Collected first: a lazy iterator of closures held across the awaits makes the future's
-    // lifetimes too general for the controller's `Send` bound.
-    let port_text = port.to_string();
+    // lifetimes too general for the controller's `Send` bound. The state chose them as unsettled;
+    // `reconcile_one` writes only the part (label, endpoint) that differs.
     let all: Vec<(Arc<Mapping>, Option<String>)> = unsettled
         .into_iter()
-        .filter_map(|(m, published)| {
-            if published {
-                let advertised = m
-                    .endpoint
-                    .as_deref()
-                    .is_some_and(|have| is_endpoint(have, &m, &resolved.external_host, &port_text));
-                let want = endpoint(&m, resolved, port);
-                (!(advertised && m.taken_over)).then_some((m, Some(want)))
-            } else {
-                (!up_to_date(&m, None)).then_some((m, None))
-            }
+        .map(|(m, published)| {
+            let want = published.then(|| endpoint(&m, resolved, port));
+            (m, want)
         })
         .collect();
     let results: Vec<Result<usize, Error>> = futures::stream::iter(all)
@@ -327,11 +319,6 @@ pub async fn reconcile_mappings(
         .collect()
         .await;
     results.into_iter().sum::<Result<usize, Error>>()
-}
-
-/// Whether mapping `m` is taken over (label and annotation) and advertises `want` as its endpoint.
-fn up_to_date(m: &Mapping, want: Option<&str>) -> bool {
-    m.taken_over && m.endpoint.as_deref() == want
 }
 
 async fn reconcile_one(

@@ -305,14 +305,14 @@ impl MappingState {
 
     /// Puts mapping `name` into [`Self::unsettled`] or takes it out, from its record now.
     fn resettle(&mut self, name: &str) {
-        let settled = match self.by_name.get(name) {
-            Some(m) => m.taken_over && self.endpoint_settled(m, self.is_published(name)),
-            None => true,
-        };
-        if settled {
-            self.unsettled.remove(name);
-        } else if let Some(m) = self.by_name.get(name) {
-            self.unsettled.insert(m.name.clone());
+        match self.by_name.get(name) {
+            Some(m) if !(m.taken_over && self.endpoint_settled(m, self.is_published(name))) => {
+                let name = m.name.clone();
+                self.unsettled.insert(name);
+            }
+            _ => {
+                self.unsettled.remove(name);
+            }
         }
     }
 

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use cp_api::{ServiceMapping, names};
 use cp_tests::node::Cluster;
+use kube::Client;
 use kube::api::{Api, PostParams};
-use kube::{Client, ResourceExt};
 
 use super::memory::{Measured, container_pid};
 use crate::harness::mappings::{create_mappings, numbered_mappings, tcp_mapping, watch_shards};
@@ -101,14 +101,10 @@ pub async fn measure(
     let ns: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(admin.clone(), names::KYMA_SYSTEM);
     let mut shards = watch_shards(ns.clone());
-    let mut adopted =
-        crate::harness::watch::watch_count(Api::<ServiceMapping>::all(admin.clone()), |m| {
-            m.labels().contains_key(names::LABEL_MODULE)
-                && m.status
-                    .as_ref()
-                    .and_then(|s| s.endpoint.as_ref())
-                    .is_some()
-        });
+    let mut adopted = crate::harness::watch::watch_count(
+        Api::<ServiceMapping>::all(admin.clone()),
+        crate::harness::mappings::adopted,
+    );
     let entries = |v: &Option<(usize, usize)>| v.map(|(e, _)| e);
     wait_until(
         &mut shards,
@@ -219,13 +215,7 @@ async fn wait_adopted(api: &Api<ServiceMapping>, name: &str) -> anyhow::Result<(
         Duration::from_secs(60),
         || async {
             let m = api.get(name).await.map_err(|e| e.to_string())?;
-            let done = m
-                .status
-                .as_ref()
-                .and_then(|s| s.endpoint.as_ref())
-                .is_some()
-                && m.labels().contains_key(names::LABEL_MODULE);
-            Ok(done.then_some(()))
+            Ok(crate::harness::mappings::adopted(&m).then_some(()))
         },
     )
     .await
